@@ -1,0 +1,126 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the configuration of one pubsub instance. Build it with
+// DefaultConfig and change what you need; Validate (called by Start) names
+// the first field that is wrong and its value.
+type Config struct {
+	// Name identifies the pubsub; it must match on every node. Actor names
+	// and the Consul service derive from it. Required: letters, digits, '-',
+	// '_' and '.'.
+	Name string
+	// PoolSize is the number of independent producer+worker pairs per node.
+	// A sender always hits the same producer (hash of its PID), so its
+	// stream stays ordered. Defaults to 1.
+	PoolSize int
+	// BufferSize is the number of recent messages each producer keeps for
+	// replay. Defaults to 10_000.
+	BufferSize int
+	// BatchInterval is how long a producer collects writes before a flush.
+	// 0 flushes as soon as a node has no batch in flight, coalescing what
+	// arrives meanwhile. Defaults to 200ms.
+	BatchInterval time.Duration
+	// CallTimeout bounds one acknowledged call to a remote worker, and how
+	// long Broadcast waits for room in a full producer mailbox.
+	// Defaults to 5s.
+	CallTimeout time.Duration
+	// RetryInterval is the wait after a failed call before the next try.
+	// Defaults to 200ms.
+	RetryInterval time.Duration
+	// CapacityWarningThreshold: a warning is logged (and a
+	// *CapacityWarning published on the actor system's event stream) when
+	// the slowest node's lag reaches this fraction of BufferSize. In (0, 1].
+	// Defaults to 0.4.
+	CapacityWarningThreshold float64
+	// CapacityWarningInterval throttles that warning. Defaults to 60s.
+	CapacityWarningInterval time.Duration
+	// MaxBatchMessages bounds the entries in one batch. Defaults to 10_000.
+	MaxBatchMessages int
+	// MaxBatchBytes bounds the payload bytes in one batch (a batch holds at
+	// least one entry). Keep it well under gRPC's receive limit (4 MiB by
+	// default; RemoteConfig raises it to 64 MiB). Defaults to 1 MiB.
+	MaxBatchBytes int
+	// MaxPendingWrites bounds the broadcasts queued in one producer's
+	// mailbox; Broadcast waits (up to CallTimeout) for room beyond it.
+	// Defaults to 10_000.
+	MaxPendingWrites int
+	// MaxQueueLen is the default bound on a subscriber's queued messages:
+	// past it, newer messages are dropped for that subscriber and it gets one
+	// BackPressure notice. Any positive value; per-subscription override with
+	// WithMaxQueueLen. Defaults to 10_000.
+	MaxQueueLen int
+	// ForgetAfter is how long a producer keeps the read cursor of a member
+	// that left the membership. A member returning within it resumes where
+	// it was; after it, it is treated as new and told CursorExpired if it
+	// missed writes. Defaults to 5m.
+	ForgetAfter time.Duration
+}
+
+// DefaultConfig returns the defaults of the Elixir EchoPubSub for name.
+func DefaultConfig(name string) Config {
+	return Config{
+		Name:                     name,
+		PoolSize:                 1,
+		BufferSize:               10_000,
+		BatchInterval:            200 * time.Millisecond,
+		CallTimeout:              5 * time.Second,
+		RetryInterval:            200 * time.Millisecond,
+		CapacityWarningThreshold: 0.4,
+		CapacityWarningInterval:  60 * time.Second,
+		MaxBatchMessages:         10_000,
+		MaxBatchBytes:            1 << 20,
+		MaxPendingWrites:         10_000,
+		MaxQueueLen:              10_000,
+		ForgetAfter:              5 * time.Minute,
+	}
+}
+
+// Validate returns an error naming the first invalid field and its value.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return fmt.Errorf("echopubsub: config Name must not be empty")
+	}
+	for _, r := range c.Name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("echopubsub: config Name may hold only letters, digits, '-', '_' and '.', got %q", c.Name)
+		}
+	}
+	positive := []struct {
+		name string
+		v    int
+	}{
+		{"PoolSize", c.PoolSize}, {"BufferSize", c.BufferSize}, {"MaxBatchMessages", c.MaxBatchMessages},
+		{"MaxBatchBytes", c.MaxBatchBytes}, {"MaxPendingWrites", c.MaxPendingWrites}, {"MaxQueueLen", c.MaxQueueLen},
+	}
+	for _, f := range positive {
+		if f.v <= 0 {
+			return fmt.Errorf("echopubsub: config %s must be > 0, got %d", f.name, f.v)
+		}
+	}
+	if c.PoolSize > 1024 {
+		return fmt.Errorf("echopubsub: config PoolSize must be <= 1024, got %d", c.PoolSize)
+	}
+	if c.BatchInterval < 0 {
+		return fmt.Errorf("echopubsub: config BatchInterval must be >= 0, got %v", c.BatchInterval)
+	}
+	durations := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"CallTimeout", c.CallTimeout}, {"RetryInterval", c.RetryInterval},
+		{"CapacityWarningInterval", c.CapacityWarningInterval}, {"ForgetAfter", c.ForgetAfter},
+	}
+	for _, f := range durations {
+		if f.v <= 0 {
+			return fmt.Errorf("echopubsub: config %s must be > 0, got %v", f.name, f.v)
+		}
+	}
+	if !(c.CapacityWarningThreshold > 0 && c.CapacityWarningThreshold <= 1) {
+		return fmt.Errorf("echopubsub: config CapacityWarningThreshold must be in (0, 1], got %v", c.CapacityWarningThreshold)
+	}
+	return nil
+}

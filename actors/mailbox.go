@@ -1,0 +1,75 @@
+package actors
+
+import (
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Mailbox lengths.
+//
+// protoactor-go's Mailbox keeps a user-message counter (UserMessageCount,
+// an atomic load) but no public API reaches a mailbox from a PID. A
+// subscriber that wants a bound spawns with SubscriberMailbox, which wraps
+// the default unbounded mailbox and records itself here under its PID when
+// protoactor hands it the actor context.
+//
+// Why a process-wide map: protoactor creates mailboxes inside Spawn, outside
+// any actor of ours, and this is the only way back from a PID to its
+// mailbox. Entries are written once at spawn and removed when the actor is
+// told to stop (an entry is only ever deleted by the mailbox that wrote it),
+// so the map holds only live actors with counting mailboxes.
+var mailboxes sync.Map // "address/id" -> *countingMailbox
+
+type countingMailbox struct {
+	actor.Mailbox
+	key string
+}
+
+// SubscriberMailbox is the mailbox a bounded subscriber must be spawned
+// with:
+//
+//	props := actor.PropsFromProducer(newSub, actor.WithMailbox(echopubsub.SubscriberMailbox()))
+//
+// It is protoactor's unbounded mailbox; the difference is that EchoPubSub can
+// read its queued message count, which back-pressure needs.
+func SubscriberMailbox() actor.MailboxProducer {
+	return func() actor.Mailbox {
+		return &countingMailbox{Mailbox: actor.Unbounded()()}
+	}
+}
+
+func (m *countingMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+	if s, ok := invoker.(interface{ Self() *actor.PID }); ok && s.Self() != nil {
+		m.key = pidKey(s.Self())
+		mailboxes.Store(m.key, m)
+	}
+	m.Mailbox.RegisterHandlers(invoker, dispatcher)
+}
+
+func (m *countingMailbox) PostSystemMessage(message interface{}) {
+	if _, ok := message.(*actor.Stop); ok && m.key != "" {
+		mailboxes.CompareAndDelete(m.key, m)
+	}
+	m.Mailbox.PostSystemMessage(message)
+}
+
+// queueLen returns the queued user messages of pid's mailbox, and false when
+// pid has no counting mailbox (or is not running).
+func queueLen(pid *actor.PID) (int, bool) {
+	mb, ok := mailboxes.Load(pidKey(pid))
+	if !ok {
+		return 0, false
+	}
+	return mb.(*countingMailbox).UserMessageCount(), true
+}
+
+func lookupMailbox(pid *actor.PID) *countingMailbox {
+	mb, ok := mailboxes.Load(pidKey(pid))
+	if !ok {
+		return nil
+	}
+	return mb.(*countingMailbox)
+}
+
+func pidKey(pid *actor.PID) string { return pid.Address + "/" + pid.Id }

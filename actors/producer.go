@@ -1,0 +1,484 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/ringbuf"
+)
+
+// Write asks a producer to buffer one broadcast. Msg, when set, is the
+// original message, handed as is to this node's subscribers.
+type Write struct {
+	Entry *messages.Entry
+	Msg   proto.Message
+}
+
+// CapacityWarning is published on the actor system's event stream when the
+// slowest node's lag reaches Config.CapacityWarningThreshold of BufferSize.
+type CapacityWarning struct {
+	Pubsub   string
+	Group    uint32
+	Node     string
+	Lag      uint64
+	Capacity int
+}
+
+// StatsQuery asks a producer for its *GroupStats.
+type StatsQuery struct{}
+
+// GroupStats is one producer's view of the cluster.
+type GroupStats struct {
+	Group       uint32
+	Incarnation uint64
+	WriteCursor uint64
+	Capacity    int
+	Nodes       []NodeStats
+}
+
+// NodeStats is one node as a producer sees it. The own node is always
+// caught up (its subscribers get each message at write time).
+type NodeStats struct {
+	Node string
+	// Next is the next cursor the node needs; Lag is how many messages the
+	// producer holds for it (from ringbuf's decision).
+	Next       uint64
+	Lag        uint64
+	Expired    bool // its lag exceeds the buffer: it will be told CursorExpired
+	Registered bool
+	InFlight   bool
+	Absent     bool // left the membership; cursor kept until ForgetAfter
+	Failures   int  // consecutive failed calls
+}
+
+type (
+	flushTick   struct{}
+	retryPeer   struct{ node string }
+	forgetCheck struct{ node string }
+)
+
+// peer is one remote node as this producer sees it.
+type peer struct {
+	m          cluster.Member
+	worker     *actor.PID
+	next       uint64 // next-needed cursor: everything below it is acked
+	registered bool   // handshake done for this producer incarnation
+	ever       bool   // ever registered: next is a real cursor, not a seed
+	missed     bool   // forgotten once and missed writes: tell it on register
+	inFlight   bool
+	retrying   bool
+	absent     bool
+	failures   int
+	lastErr    string
+
+	retryCancel, forgetCancel scheduler.CancelFunc
+}
+
+type producer struct {
+	cfg     Config
+	group   uint32
+	node    string
+	root    *actor.PID
+	d       *Dispatcher
+	credits chan struct{}
+	hook    FaultHook
+	log     zerolog.Logger
+
+	ring      *ringbuf.Ring[*messages.Entry]
+	inc       uint64
+	peers     map[string]*peer
+	forgotten map[string]uint64 // node -> write cursor when forgotten
+	sched     *scheduler.TimerScheduler
+	flushCancel scheduler.CancelFunc
+	timer       bool
+	dead      bool
+	lastWarn  time.Time
+}
+
+func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, log zerolog.Logger) actor.Producer {
+	return func() actor.Actor {
+		return &producer{cfg: cfg, group: group, node: node, root: root, d: d, credits: credits, hook: hook,
+			log: log.With().Uint32("group", group).Logger()}
+	}
+}
+
+// WorkerName is the actor name of a pubsub's worker for group, on every node.
+func WorkerName(pubsub string, group uint32) string {
+	return fmt.Sprintf("%s/g%d/worker", RootName(pubsub), group)
+}
+
+// RootName is the actor name of a pubsub's root supervisor.
+func RootName(pubsub string) string { return "echopubsub/" + pubsub }
+
+func (p *producer) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *Write:
+		p.write(ctx, m)
+	case *flushTick:
+		p.timer = false
+		p.flushAll(ctx)
+	case *retryPeer:
+		if pe := p.peers[m.node]; pe != nil {
+			pe.retrying = false
+			p.service(ctx, pe)
+		}
+	case *cluster.Event:
+		p.member(ctx, m)
+	case *MemberSnapshot:
+		for _, mem := range m.Members {
+			p.member(ctx, &cluster.Event{Kind: cluster.Joined, Member: mem})
+		}
+	case *forgetCheck:
+		p.forget(m.node)
+	case *StatsQuery:
+		ctx.Respond(p.stats())
+	case *actor.Started:
+		ring, err := ringbuf.New[*messages.Entry](p.cfg.BufferSize)
+		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
+			p.log.Error().Err(err).Msg("producer cannot start")
+			return
+		}
+		p.ring = ring
+		p.inc = uint64(time.Now().UnixNano())
+		p.peers = map[string]*peer{}
+		p.forgotten = map[string]uint64{}
+		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
+		p.log.Info().Uint64("incarnation", p.inc).Msg("producer started")
+		ctx.Request(p.root, &MembersQuery{})
+	case *actor.Restarting, *actor.Stopping:
+		p.dead = true
+		p.stopTimers()
+	}
+}
+
+// armFlush schedules one flush after BatchInterval, unless one is pending.
+func (p *producer) armFlush(ctx actor.Context) {
+	if !p.timer {
+		p.timer = true
+		p.flushCancel = p.sched.SendOnce(p.cfg.BatchInterval, ctx.Self(), &flushTick{})
+	}
+}
+
+// stopTimers cancels every pending timer, so none fires into a stopped or
+// restarted producer.
+func (p *producer) stopTimers() {
+	if p.flushCancel != nil {
+		p.flushCancel()
+	}
+	for _, pe := range p.peers {
+		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel} {
+			if c != nil {
+				c()
+			}
+		}
+	}
+}
+
+func (p *producer) write(ctx actor.Context, w *Write) {
+	select { // release the sender's credit first: nothing below may keep it
+	case <-p.credits:
+	default:
+	}
+	c, err := p.ring.Write(w.Entry)
+	if err != nil {
+		p.log.Error().Err(err).Str("topic", w.Entry.Topic).Msg("broadcast not buffered")
+		return
+	}
+	if w.Entry.OnlyNode == "" || w.Entry.OnlyNode == p.node {
+		msg := w.Msg
+		if msg == nil && p.d.HasSubscribers(w.Entry.Topic) {
+			msg = decodeEntry(w.Entry)
+		}
+		if msg != nil {
+			p.d.Deliver(&Item{Topic: w.Entry.Topic, Message: msg, Exclude: w.Entry.Exclude,
+				Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
+		}
+	}
+	if p.cfg.BatchInterval == 0 {
+		p.flushAll(ctx)
+	} else {
+		p.armFlush(ctx)
+	}
+}
+
+func (p *producer) flushAll(ctx actor.Context) {
+	var slowest *peer
+	var worst uint64
+	for _, pe := range p.peers {
+		p.service(ctx, pe)
+		if d, err := p.ring.Decide(pe.next); err == nil && d.Lag >= worst {
+			slowest, worst = pe, d.Lag
+		}
+	}
+	if slowest != nil && float64(worst) >= p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize) &&
+		time.Since(p.lastWarn) >= p.cfg.CapacityWarningInterval {
+		p.lastWarn = time.Now()
+		p.log.Warn().Str("node", slowest.m.Name).Uint64("lag", worst).Int("buffer_size", p.cfg.BufferSize).
+			Msg("buffer capacity warning: slowest node is far behind")
+		ctx.ActorSystem().EventStream.Publish(&CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
+			Node: slowest.m.Name, Lag: worst, Capacity: p.cfg.BufferSize})
+	}
+}
+
+// service sends pe what it needs next, if it can take it now. At most one
+// call is in flight per node, which keeps each node's stream in order.
+func (p *producer) service(ctx actor.Context, pe *peer) {
+	if pe.absent || pe.inFlight || pe.retrying {
+		return
+	}
+	if !pe.registered {
+		p.register(ctx, pe)
+		return
+	}
+	d, err := p.ring.Decide(pe.next)
+	if err != nil { // a cursor ahead of the write cursor: never set by us
+		p.log.Error().Err(err).Str("node", pe.m.Name).Msg("read cursor ahead of write cursor: re-registering")
+		pe.next, pe.registered = p.ring.WriteCursor(), false
+		return
+	}
+	switch d.Kind {
+	case ringbuf.Messages:
+		p.sendBatch(ctx, pe, d)
+	case ringbuf.Expired:
+		p.sendExpire(ctx, pe, d)
+	}
+}
+
+func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
+	n := d.Lag
+	if n > uint64(p.cfg.MaxBatchMessages) {
+		n = uint64(p.cfg.MaxBatchMessages)
+	}
+	entries := make([]*messages.Entry, 0, n)
+	size := 0
+	for c := d.From; c < d.To && len(entries) < p.cfg.MaxBatchMessages; c++ {
+		e, err := p.ring.At(c)
+		if err != nil {
+			p.log.Error().Err(err).Msg("decided messages not buffered")
+			break
+		}
+		sz := len(e.Payload) + len(e.Topic) + len(e.PayloadType) + len(e.Exclude) + len(e.OnlyNode) + 16
+		if len(entries) > 0 && size+sz > p.cfg.MaxBatchBytes {
+			break
+		}
+		entries = append(entries, e)
+		size += sz
+	}
+	target := d.From + uint64(len(entries))
+	capped := target < d.To
+	req := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From, Entries: entries}
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.BatchAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			return p.nack(pe, res)
+		}
+		if target > pe.next {
+			pe.next = target
+		}
+		if capped || p.cfg.BatchInterval == 0 {
+			p.service(ctx, pe)
+		} else if pe.next < p.ring.WriteCursor() {
+			p.armFlush(ctx)
+		}
+		return true
+	})
+}
+
+func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
+	req := &messages.Expire{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
+	p.log.Warn().Str("node", pe.m.Name).Uint64("missed", d.Missed).Msg("node fell behind the buffer: sending cursor expired")
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.BatchAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			return p.nack(pe, res)
+		}
+		if d.To > pe.next {
+			pe.next = d.To
+		}
+		p.service(ctx, pe)
+		return true
+	})
+}
+
+func (p *producer) register(ctx actor.Context, pe *peer) {
+	if !pe.ever { // a new joiner is seeded at the write cursor: no backlog
+		pe.next = p.ring.WriteCursor()
+	}
+	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, NextCursor: pe.next, MissedWrites: pe.missed}
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.RegisterAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			return p.nack(pe, res)
+		}
+		// The worker may already hold more than we think (an ack was lost):
+		// trust it only within what was written.
+		if ack.NextCursor > pe.next && ack.NextCursor <= p.ring.WriteCursor() {
+			pe.next = ack.NextCursor
+		}
+		if pe.m.Incarnation != 0 && ack.WorkerIncarnation != 0 && ack.WorkerIncarnation != pe.m.Incarnation {
+			p.log.Info().Str("node", pe.m.Name).Msg("node restarted: resuming from its read cursor")
+		}
+		pe.m.Incarnation = ack.WorkerIncarnation
+		pe.registered, pe.ever, pe.missed = true, true, false
+		p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Msg("registered with node")
+		p.service(ctx, pe)
+		return true
+	})
+}
+
+// nack handles an answer that is not OK. It returns false to have the call
+// treated as failed (retried after RetryInterval).
+func (p *producer) nack(pe *peer, res interface{}) bool {
+	status, detail := messages.AckStatus_ACK_STATUS_UNSPECIFIED, fmt.Sprintf("%T", res)
+	switch r := res.(type) {
+	case *messages.BatchAck:
+		status, detail = r.Status, r.Error
+	case *messages.RegisterAck:
+		status, detail = r.Status, r.Error
+	}
+	if status == messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER {
+		pe.registered = false // the worker lost us (it restarted): handshake again
+		pe.lastErr = "worker does not know this producer"
+		return false
+	}
+	pe.lastErr = fmt.Sprintf("%v: %s", status, detail)
+	return false
+}
+
+// call sends req to pe's worker as a request and runs onAck with the answer
+// on the producer's goroutine. onAck returns false for a negative answer.
+func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck func(res interface{}) bool) {
+	pe.inFlight = true
+	if p.hook != nil {
+		if err := p.hook.Send(pe.m.Name, req); err != nil {
+			pe.inFlight = false
+			p.failed(ctx, pe, err)
+			return
+		}
+	}
+	f := ctx.RequestFuture(pe.worker, req, p.cfg.CallTimeout)
+	ctx.ReenterAfter(f, func(res interface{}, err error) {
+		if p.dead || p.peers[pe.m.Name] != pe {
+			return // a stale continuation of a restarted producer or a forgotten peer
+		}
+		pe.inFlight = false
+		if err == nil && onAck(res) {
+			if pe.failures > 0 {
+				p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
+			}
+			pe.failures, pe.lastErr = 0, ""
+			return
+		}
+		if err == nil {
+			err = fmt.Errorf("%s", pe.lastErr)
+		}
+		p.failed(ctx, pe, err)
+	})
+}
+
+// failed leaves pe's cursor where it is and retries after RetryInterval. It
+// logs the first failure and then every 50th, never one line per attempt.
+func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
+	pe.failures++
+	if pe.failures == 1 || pe.failures%50 == 0 {
+		p.log.Warn().Str("node", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
+	}
+	pe.retrying = true
+	pe.retryCancel = p.sched.SendOnce(p.cfg.RetryInterval, ctx.Self(), &retryPeer{node: pe.m.Name})
+}
+
+func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
+	m := ev.Member
+	if m.Name == "" {
+		m.Name = m.Address
+	}
+	if m.Address == p.node || m.Name == p.node {
+		return
+	}
+	pe := p.peers[m.Name]
+	switch ev.Kind {
+	case cluster.Joined, cluster.Updated:
+		if pe == nil {
+			_, missed := p.forgotten[m.Name]
+			missed = missed && p.forgotten[m.Name] < p.ring.WriteCursor()
+			delete(p.forgotten, m.Name)
+			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group)), missed: missed}
+			p.peers[m.Name] = pe
+		} else {
+			if pe.absent {
+				p.log.Info().Str("node", m.Name).Msg("node is back in the membership: resuming from its read cursor")
+			}
+			pe.absent = false
+			if pe.forgetCancel != nil {
+				pe.forgetCancel()
+			}
+			if m.Incarnation != 0 && pe.m.Incarnation != 0 && m.Incarnation != pe.m.Incarnation {
+				pe.registered = false // restarted node: handshake again, keep the cursor
+			}
+			if m.Incarnation != 0 {
+				pe.m.Incarnation = m.Incarnation
+			}
+		}
+		p.service(ctx, pe)
+	case cluster.Reachable:
+		if pe != nil && pe.retrying {
+			pe.retrying = false
+			p.service(ctx, pe)
+		}
+	case cluster.Left:
+		if pe != nil && !pe.absent {
+			pe.absent = true
+			p.log.Info().Str("node", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
+			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
+		}
+	}
+}
+
+func (p *producer) forget(node string) {
+	pe := p.peers[node]
+	if pe == nil || !pe.absent {
+		return
+	}
+	delete(p.peers, node)
+	p.forgotten[node] = p.ring.WriteCursor()
+	p.log.Info().Str("node", node).Msg("forgot node after ForgetAfter: it will be told CursorExpired if it returns after missing writes")
+}
+
+func (p *producer) stats() *GroupStats {
+	gs := &GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize}
+	if p.ring == nil {
+		return gs
+	}
+	gs.WriteCursor = p.ring.WriteCursor()
+	gs.Nodes = append(gs.Nodes, NodeStats{Node: p.node, Next: gs.WriteCursor, Registered: true})
+	for _, pe := range p.peers {
+		ns := NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight,
+			Absent: pe.absent, Failures: pe.failures}
+		if d, err := p.ring.Decide(pe.next); err == nil {
+			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
+		}
+		if !pe.ever { // not joined yet: nothing is held for it
+			ns.Lag, ns.Next = 0, gs.WriteCursor
+		}
+		gs.Nodes = append(gs.Nodes, ns)
+	}
+	return gs
+}
+
+func decodeEntry(e *messages.Entry) proto.Message {
+	msg, err := messages.Decode(e.PayloadType, e.Payload)
+	if err != nil {
+		return &messages.Undecodable{Topic: e.Topic, PayloadType: e.PayloadType, Payload: e.Payload, Error: err.Error()}
+	}
+	return msg
+}

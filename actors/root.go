@@ -1,0 +1,227 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/supervision"
+)
+
+// MembersQuery asks the root for a *MemberSnapshot (producers ask on start).
+type MembersQuery struct{}
+
+// MemberSnapshot is the current member list.
+type MemberSnapshot struct{ Members []cluster.Member }
+
+// Runtime is everything the actors of one pubsub share. It is built once by
+// Start and read-only afterwards, except the Dispatcher's snapshot (see
+// Dispatcher).
+type Runtime struct {
+	Cfg         Config
+	System      *actor.ActorSystem
+	Node        string
+	Incarnation uint64
+	Dispatcher  *Dispatcher
+	// Credits bound each producer's queued writes (Config.MaxPendingWrites):
+	// a Broadcast takes one before sending a Write, the producer returns it
+	// when it handles the Write.
+	Credits []chan struct{}
+	Hook    FaultHook
+	Log     zerolog.Logger
+
+	producers []*actor.PID
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewRuntime builds the shared parts of a pubsub on system.
+func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHook, log zerolog.Logger) *Runtime {
+	rt := &Runtime{Cfg: cfg, System: system, Node: node, Incarnation: uint64(time.Now().UnixNano()), Hook: hook,
+		Log: log.With().Str("pubsub", cfg.Name).Str("node", node).Logger()}
+	rt.Dispatcher = newDispatcher(system, node, rt.Log)
+	rt.done = make(chan struct{})
+	for i := 0; i < cfg.PoolSize; i++ {
+		rt.Credits = append(rt.Credits, make(chan struct{}, cfg.MaxPendingWrites))
+		rt.producers = append(rt.producers, rt.ProducerPID(uint32(i)))
+	}
+	return rt
+}
+
+// RootProps is the pubsub's root supervisor (see package supervision for
+// the tree).
+func (rt *Runtime) RootProps() *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &root{rt: rt, members: map[string]cluster.Member{}}
+	}, actor.WithSupervisor(supervision.OneForOne()))
+}
+
+// RootPID, RegistryPID and ProducerPID are the fixed local PIDs of the tree.
+func (rt *Runtime) RootPID() *actor.PID {
+	return actor.NewPID(rt.System.Address(), RootName(rt.Cfg.Name))
+}
+
+func (rt *Runtime) RegistryPID() *actor.PID {
+	return actor.NewPID(rt.System.Address(), RootName(rt.Cfg.Name)+"/registry")
+}
+
+func (rt *Runtime) ProducerPID(group uint32) *actor.PID {
+	return actor.NewPID(rt.System.Address(), fmt.Sprintf("%s/g%d/producer", RootName(rt.Cfg.Name), group))
+}
+
+// Group is the pool group of a sender: a sender always hits one producer.
+func (rt *Runtime) Group(from *actor.PID) uint32 {
+	if from == nil || rt.Cfg.PoolSize == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(from.Address))
+	_, _ = h.Write([]byte{'/'})
+	_, _ = h.Write([]byte(from.Id))
+	return h.Sum32() % uint32(rt.Cfg.PoolSize)
+}
+
+type root struct {
+	rt       *Runtime
+	members  map[string]cluster.Member
+	stopping bool
+}
+
+func (r *root) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		rt := r.rt
+		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(newRegistry(rt.Dispatcher, rt.Cfg.MaxQueueLen)), "registry"); err != nil {
+			rt.Log.Error().Err(err).Msg("spawn registry")
+		}
+		for g := 0; g < rt.Cfg.PoolSize; g++ {
+			group := uint32(g)
+			props := supervision.Props(
+				supervision.Child{Name: "producer", Props: actor.PropsFromProducer(
+					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Log))},
+				supervision.Child{Name: "worker", Props: actor.PropsFromProducer(
+					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Dispatcher, rt.Hook, rt.Log))},
+			)
+			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
+				rt.Log.Error().Err(err).Msg("spawn pool group")
+			}
+		}
+	case *actor.Stopping:
+		r.stopping = true
+	case *actor.Terminated:
+		if !r.stopping && strings.HasPrefix(m.Who.Id, ctx.Self().Id+"/") {
+			r.rt.Log.Error().Str("child", m.Who.Id).Msg("pubsub child stopped for good (restart intensity exceeded): this pubsub no longer delivers")
+		}
+	case *cluster.Event:
+		switch m.Kind {
+		case cluster.Joined, cluster.Updated:
+			r.members[m.Member.Name] = m.Member
+		case cluster.Left:
+			delete(r.members, m.Member.Name)
+		}
+		for _, p := range r.rt.producers {
+			ctx.Send(p, m)
+		}
+	case *MembersQuery:
+		snap := &MemberSnapshot{}
+		for _, mem := range r.members {
+			snap.Members = append(snap.Members, mem)
+		}
+		ctx.Respond(snap)
+	case *messages.Broadcast:
+		err := r.broadcast(ctx, m)
+		if ctx.Sender() != nil {
+			res := &messages.BroadcastResult{}
+			if err != nil {
+				res.Error = err.Error()
+			}
+			ctx.Respond(res)
+		} else if err != nil {
+			r.rt.Log.Error().Err(err).Str("topic", m.Topic).Msg("broadcast from actor failed")
+		}
+	}
+}
+
+// broadcast routes a Broadcast message sent by an actor exactly as
+// ps.Broadcast would with the sender's PID. The payload bytes in the Any are
+// buffered as they are: nothing is re-encoded.
+func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
+	if m.Message == nil {
+		return fmt.Errorf("echopubsub: broadcast message is nil")
+	}
+	typeName := string(m.Message.MessageName())
+	if typeName == "" || !strings.Contains(m.Message.TypeUrl, "/") {
+		return fmt.Errorf("echopubsub: broadcast message has an invalid type URL %q", m.Message.TypeUrl)
+	}
+	if m.Topic == "" {
+		return fmt.Errorf("echopubsub: topic must not be empty")
+	}
+	from := ctx.Sender()
+	e := &messages.Entry{Topic: m.Topic, PayloadType: typeName, Payload: m.Message.Value, OnlyNode: m.OnlyNode}
+	if m.ExcludeSender && from != nil {
+		e.Exclude = pidKey(from)
+	}
+	if m.Local {
+		r.rt.LocalDeliver(e, decodeEntry(e))
+		return nil
+	}
+	return r.rt.Enqueue(from, e, nil)
+}
+
+// Errors of Enqueue.
+var (
+	// ErrBusy: the producer had MaxPendingWrites queued for CallTimeout.
+	ErrBusy = errors.New("echopubsub: producer busy: no room within CallTimeout")
+	// ErrStopped: the pubsub was stopped.
+	ErrStopped = errors.New("echopubsub: stopped")
+)
+
+// Enqueue sends one write to the sender's producer, waiting up to
+// CallTimeout for room when that producer has MaxPendingWrites queued. msg,
+// when not nil, is handed as is to this node's subscribers.
+func (rt *Runtime) Enqueue(from *actor.PID, e *messages.Entry, msg proto.Message) error {
+	g := rt.Group(from)
+	select {
+	case <-rt.done:
+		return ErrStopped
+	default:
+	}
+	select {
+	case rt.Credits[g] <- struct{}{}:
+	default:
+		t := time.NewTimer(rt.Cfg.CallTimeout)
+		defer t.Stop()
+		select {
+		case rt.Credits[g] <- struct{}{}:
+		case <-t.C:
+			return ErrBusy
+		case <-rt.done:
+			return ErrStopped
+		}
+	}
+	rt.System.Root.Send(rt.producers[g], &Write{Entry: e, Msg: msg})
+	return nil
+}
+
+// LocalDeliver hands e to this node's subscribers only (LocalBroadcast):
+// not buffered, no cursor.
+func (rt *Runtime) LocalDeliver(e *messages.Entry, msg proto.Message) {
+	rt.Dispatcher.Deliver(&Item{Topic: e.Topic, Message: msg, Exclude: e.Exclude, Node: rt.Node, Local: true})
+}
+
+// Done is closed by Close.
+func (rt *Runtime) Done() <-chan struct{} { return rt.done }
+
+// Close makes Enqueue fail with ErrStopped from now on. Idempotent.
+func (rt *Runtime) Close() {
+	rt.closeOnce.Do(func() { close(rt.done) })
+}

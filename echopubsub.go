@@ -1,0 +1,355 @@
+package echopubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	zlog "github.com/rs/zerolog/log"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/messages"
+)
+
+// Config is the configuration of one pubsub; see actors.Config for every
+// field and its default.
+type Config = actors.Config
+
+// DefaultConfig returns the defaults of the Elixir EchoPubSub: PoolSize 1,
+// BufferSize 10_000, BatchInterval 200ms, CallTimeout 5s, RetryInterval
+// 200ms, CapacityWarningThreshold 0.4, CapacityWarningInterval 60s.
+func DefaultConfig(name string) Config { return actors.DefaultConfig(name) }
+
+// Re-exported pieces of the actors package that users need.
+type (
+	// FaultHook injects faults between producers and workers (tests only).
+	FaultHook = actors.FaultHook
+	// CapacityWarning is published on the actor system's event stream.
+	CapacityWarning = actors.CapacityWarning
+	// GroupStats is one producer's view of the cluster (see Stats).
+	GroupStats = actors.GroupStats
+	// NodeStats is one node in GroupStats.
+	NodeStats = actors.NodeStats
+)
+
+// Errors.
+var (
+	ErrBusy         = actors.ErrBusy
+	ErrStopped      = actors.ErrStopped
+	ErrUnmeasurable = actors.ErrUnmeasurable
+	ErrNotLocal     = actors.ErrNotLocal
+	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
+	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
+)
+
+// SubscriberMailbox is the mailbox a bounded subscriber is spawned with;
+// see actors.SubscriberMailbox.
+func SubscriberMailbox() actor.MailboxProducer { return actors.SubscriberMailbox() }
+
+// Option configures Start.
+type Option func(*options)
+
+type options struct {
+	membership cluster.Membership
+	log        *zerolog.Logger
+	hook       FaultHook
+}
+
+// WithMembership sets how nodes are found. Defaults to cluster.NewStatic with
+// only this node.
+func WithMembership(m cluster.Membership) Option { return func(o *options) { o.membership = m } }
+
+// WithLogger sets the logger. Defaults to zerolog's global logger
+// (github.com/rs/zerolog/log.Logger).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = &l } }
+
+// WithFaultHook installs a fault hook between producers and workers, for
+// tests. Defaults to none.
+func WithFaultHook(h FaultHook) Option { return func(o *options) { o.hook = h } }
+
+// SubscribeOption configures one subscription.
+type SubscribeOption func(*actors.SubOptions)
+
+// WithMetadata delivers a *messages.Delivery (producer node, group,
+// incarnation, cursor, topic and the message) instead of the bare message,
+// so the subscriber can verify its own stream. Defaults to the bare message.
+func WithMetadata() SubscribeOption { return func(o *actors.SubOptions) { o.Meta = true } }
+
+// WithMaxQueueLen bounds this subscriber's queue at n messages instead of
+// Config.MaxQueueLen. Any n > 0 is accepted.
+func WithMaxQueueLen(n int) SubscribeOption {
+	return func(o *actors.SubOptions) {
+		o.MaxQueueLen = n
+		if n == 0 {
+			o.MaxQueueLen = -1 // an explicit 0 is invalid, not "default"
+		}
+	}
+}
+
+// WithUnboundedQueue is the explicit opt-in for a subscriber whose mailbox
+// cannot be measured (not spawned with SubscriberMailbox): it is never
+// bounded, so never dropped for, and can grow without limit.
+func WithUnboundedQueue() SubscribeOption { return func(o *actors.SubOptions) { o.Unbounded = true } }
+
+// PubSub is one running pubsub on one node. Its methods are safe for
+// concurrent use.
+type PubSub struct {
+	rt         *actors.Runtime
+	membership cluster.Membership
+	root       *actor.PID
+	registry   *actor.PID
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start spawns the pubsub's supervision tree on system, whose remote must be
+// started (see RemoteConfig), and joins the membership.
+func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if system == nil {
+		return nil, fmt.Errorf("echopubsub: actor system is nil")
+	}
+	addr := system.Address()
+	if addr == "" || addr == "nonhost" {
+		return nil, ErrRemoteNotStarted
+	}
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	log := zlog.Logger
+	if o.log != nil {
+		log = *o.log
+	}
+	if o.membership == nil {
+		o.membership = cluster.NewStatic(addr)
+	}
+	rt := actors.NewRuntime(cfg, system, addr, o.hook, log)
+	root, err := system.Root.SpawnNamed(rt.RootProps(), actors.RootName(cfg.Name))
+	if err != nil {
+		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
+	}
+	ps := &PubSub{rt: rt, membership: o.membership, root: root, registry: rt.RegistryPID()}
+	// The root spawns its children while starting; once it answers, every
+	// PID of the tree exists and nothing sent to it is lost.
+	if _, err := system.Root.RequestFuture(root, &actors.MembersQuery{}, cfg.CallTimeout).Result(); err != nil {
+		_ = system.Root.StopFuture(root).Wait()
+		return nil, fmt.Errorf("echopubsub: start %q: tree did not come up: %w", cfg.Name, err)
+	}
+	self := cluster.Member{Address: addr, Name: addr, Incarnation: rt.Incarnation}
+	if err := o.membership.Start(cluster.Env{System: system, Self: self, Service: cfg.Name, Owner: root, Log: rt.Log}); err != nil {
+		_ = system.Root.StopFuture(root).Wait()
+		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
+	}
+	rt.Log.Info().Int("pool_size", cfg.PoolSize).Int("buffer_size", cfg.BufferSize).Msg("echopubsub started")
+	return ps, nil
+}
+
+// NodeName is this node's name: its advertised remote address.
+func (ps *PubSub) NodeName() string { return ps.rt.Node }
+
+// PID is the pubsub's well-known local PID. Actors may send it a
+// *messages.Broadcast, routed as Broadcast with the sender's PID (use
+// Request to get a *messages.BroadcastResult back).
+func (ps *PubSub) PID() *actor.PID { return ps.root }
+
+// Subscribe makes pid (a local actor) receive every message broadcast on
+// topic, and a *messages.CursorExpired when it fell behind a producer node.
+// Subscribing twice delivers twice. pid must be spawned with
+// SubscriberMailbox unless WithUnboundedQueue is given.
+func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOption) error {
+	if pid == nil {
+		return fmt.Errorf("echopubsub: subscriber PID is nil")
+	}
+	return ps.ask(&actors.Subscribe{PID: pid, Topic: topic, Opts: subOpts(opts)})
+}
+
+// SubscribeNamed subscribes the actor registered under name on this node,
+// resolved at every send: a supervisor may restart it under the same name
+// and it keeps its subscription. While nothing answers to the name, its
+// messages are skipped (an absent consumer, not back-pressure).
+func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) error {
+	if name == "" {
+		return fmt.Errorf("echopubsub: subscriber name is empty")
+	}
+	return ps.ask(&actors.Subscribe{Name: name, Topic: topic, Opts: subOpts(opts)})
+}
+
+// Unsubscribe removes every subscription of pid to topic.
+func (ps *PubSub) Unsubscribe(pid *actor.PID, topic string) error {
+	if pid == nil {
+		return fmt.Errorf("echopubsub: subscriber PID is nil")
+	}
+	return ps.ask(&actors.Unsubscribe{PID: pid, Topic: topic})
+}
+
+// UnsubscribeNamed removes every subscription of name to topic.
+func (ps *PubSub) UnsubscribeNamed(name, topic string) error {
+	if name == "" {
+		return fmt.Errorf("echopubsub: subscriber name is empty")
+	}
+	return ps.ask(&actors.Unsubscribe{Name: name, Topic: topic})
+}
+
+// SetNoticeSubscriber makes pid receive a copy of every back-pressure
+// notice on this node (nil: none).
+func (ps *PubSub) SetNoticeSubscriber(pid *actor.PID) error {
+	return ps.ask(&actors.SetNotices{PID: pid})
+}
+
+func subOpts(opts []SubscribeOption) actors.SubOptions {
+	var o actors.SubOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func (ps *PubSub) ask(req interface{}) error {
+	if ps.stopped() {
+		return ErrStopped
+	}
+	res, err := ps.rt.System.Root.RequestFuture(ps.registry, req, ps.rt.Cfg.CallTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("echopubsub: registry: %w", err)
+	}
+	if r, ok := res.(*actors.Reply); ok {
+		return r.Err
+	}
+	return fmt.Errorf("echopubsub: registry answered %T", res)
+}
+
+func (ps *PubSub) stopped() bool {
+	select {
+	case <-ps.rt.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func entry(topic string, msg proto.Message) (*messages.Entry, error) {
+	if topic == "" {
+		return nil, fmt.Errorf("echopubsub: topic must not be empty")
+	}
+	typeName, payload, err := messages.Encode(msg)
+	if err != nil {
+		return nil, err
+	}
+	return &messages.Entry{Topic: topic, PayloadType: typeName, Payload: payload}, nil
+}
+
+// Broadcast sends msg to every subscriber of topic on every node, at least
+// once and in order per sender. It returns when msg is queued for its
+// producer (encoded once, here); it waits up to CallTimeout when that
+// producer has MaxPendingWrites queued, then fails with ErrBusy. from (may
+// be nil) picks the producer: one sender always hits the same one. This
+// node's subscribers receive msg itself: do not modify it afterwards.
+func (ps *PubSub) Broadcast(from *actor.PID, topic string, msg proto.Message) error {
+	e, err := entry(topic, msg)
+	if err != nil {
+		return err
+	}
+	return ps.rt.Enqueue(from, e, msg)
+}
+
+// BroadcastFrom is Broadcast to every subscriber but from.
+func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
+	if from == nil {
+		return fmt.Errorf("echopubsub: BroadcastFrom needs a sender PID")
+	}
+	e, err := entry(topic, msg)
+	if err != nil {
+		return err
+	}
+	e.Exclude = from.Address + "/" + from.Id
+	return ps.rt.Enqueue(from, e, msg)
+}
+
+// LocalBroadcast sends msg to this node's subscribers of topic only. It is
+// not buffered and has no cursor.
+func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
+	if ps.stopped() {
+		return ErrStopped
+	}
+	e, err := entry(topic, msg)
+	if err != nil {
+		return err
+	}
+	ps.rt.LocalDeliver(e, msg)
+	return nil
+}
+
+// DirectBroadcast sends msg to the subscribers of topic on node only, with
+// the same guarantee as Broadcast (it travels in the buffered stream; other
+// nodes acknowledge it without delivering).
+func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
+	if node == "" {
+		return fmt.Errorf("echopubsub: DirectBroadcast needs a node name")
+	}
+	e, err := entry(topic, msg)
+	if err != nil {
+		return err
+	}
+	e.OnlyNode = node
+	return ps.rt.Enqueue(nil, e, msg)
+}
+
+// Stats asks every producer of this node for its view: write cursor and,
+// per node, read cursor and lag.
+func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
+	var out []GroupStats
+	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
+		timeout := ps.rt.Cfg.CallTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+		res, err := ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.StatsQuery{}, timeout).Result()
+		if err != nil {
+			return nil, fmt.Errorf("echopubsub: stats of group %d: %w", g, err)
+		}
+		gs, ok := res.(*actors.GroupStats)
+		if !ok {
+			return nil, fmt.Errorf("echopubsub: stats of group %d: got %T", g, res)
+		}
+		out = append(out, *gs)
+	}
+	return out, nil
+}
+
+// Stop leaves the membership, then stops the supervision tree (producers
+// drop their buffers: undelivered messages are lost to nodes that had not
+// acknowledged them, as in the original). It is idempotent; it does not stop
+// the actor system or its remote, which belong to the caller.
+func (ps *PubSub) Stop(ctx context.Context) error {
+	ps.stopOnce.Do(func() {
+		ps.rt.Close()
+		var errs []error
+		if err := ps.membership.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("membership: %w", err))
+		}
+		done := make(chan error, 1)
+		f := ps.rt.System.Root.StopFuture(ps.root)
+		go func() { done <- f.Wait() }() // ends when the future does (at most its timeout)
+		select {
+		case err := <-done:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stop tree: %w", err))
+			}
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
+		}
+		ps.stopErr = errors.Join(errs...)
+		ps.rt.Log.Info().Msg("echopubsub stopped")
+	})
+	return ps.stopErr
+}

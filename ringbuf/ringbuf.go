@@ -1,0 +1,141 @@
+// Package ringbuf is the bounded buffer of recent messages that a producer
+// keeps, and the one place that decides what a node needs on a flush.
+//
+// Cursors are absolute and monotonic; the buffer is bounded and wraps. The
+// message with cursor c lives in slot c mod Cap(), so after Cap() further
+// writes its slot is reused and the message is gone. Subtracting a node's
+// next-needed cursor from the write cursor (the lag) tells both where the
+// node is and whether its messages still exist:
+//
+//	lag == 0         -> CaughtUp: send nothing
+//	lag <= Cap()     -> Messages: replay next..write-1, in order
+//	lag >  Cap()     -> Expired:  lag-Cap() messages were overwritten
+//
+// Nothing else in EchoPubSub computes lag: callers ask Decide.
+//
+// A Ring is owned by one actor and is not safe for concurrent use. The zero
+// value is not usable; build one with New. Write and Decide are O(1) and do
+// not allocate; At is O(1).
+//
+// The cursor is a uint64. At one billion writes per second it reaches its
+// limit after about 584 years; Write then returns ErrCursorExhausted instead
+// of wrapping, because a wrapped cursor would make lag meaningless.
+package ringbuf
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrCursorExhausted is returned by Write once the write cursor reached
+// math.MaxUint64.
+var ErrCursorExhausted = errors.New("ringbuf: write cursor exhausted")
+
+// ErrAhead is returned by Decide for a next-needed cursor beyond the write
+// cursor: no node can have acknowledged a message that was never written.
+var ErrAhead = errors.New("ringbuf: next-needed cursor is ahead of the write cursor")
+
+// ErrNotBuffered is returned by At for a cursor outside the buffered window.
+var ErrNotBuffered = errors.New("ringbuf: cursor not buffered")
+
+// Kind is the outcome of a flush decision for one node.
+type Kind uint8
+
+const (
+	// CaughtUp: the node acknowledged everything written.
+	CaughtUp Kind = iota + 1
+	// Messages: the node needs [From, To), all still buffered.
+	Messages
+	// Expired: the node needed messages that were overwritten.
+	Expired
+)
+
+func (k Kind) String() string {
+	switch k {
+	case CaughtUp:
+		return "caught_up"
+	case Messages:
+		return "messages"
+	case Expired:
+		return "expired"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Decision is what one node needs, from Decide.
+type Decision struct {
+	Kind Kind
+	// Lag is write cursor minus the node's next-needed cursor.
+	Lag uint64
+	// From and To bound the messages to send, [From, To), for Messages.
+	// For Expired, To is the write cursor: the node's cursor moves there.
+	From, To uint64
+	// Missed is the number of overwritten messages, for Expired.
+	Missed uint64
+}
+
+// Ring is a fixed-capacity ring buffer of T indexed by absolute cursor.
+type Ring[T any] struct {
+	slots []T
+	write uint64
+}
+
+// New returns an empty Ring holding at most capacity messages.
+func New[T any](capacity int) (*Ring[T], error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("ringbuf: capacity must be > 0, got %d", capacity)
+	}
+	return &Ring[T]{slots: make([]T, capacity)}, nil
+}
+
+// Cap is the number of messages the ring holds.
+func (r *Ring[T]) Cap() int { return len(r.slots) }
+
+// WriteCursor is the cursor the next Write will use: the count of all writes.
+func (r *Ring[T]) WriteCursor() uint64 { return r.write }
+
+// Write stores v at the write cursor, overwriting the message Cap() writes
+// older, and returns v's cursor.
+func (r *Ring[T]) Write(v T) (uint64, error) {
+	if r.write == math.MaxUint64 {
+		return 0, ErrCursorExhausted
+	}
+	c := r.write
+	r.slots[c%uint64(len(r.slots))] = v
+	r.write++
+	return c, nil
+}
+
+// Decide is the flush decision for a node whose next-needed cursor is next.
+func (r *Ring[T]) Decide(next uint64) (Decision, error) {
+	if next > r.write {
+		return Decision{}, fmt.Errorf("%w: next %d, write %d", ErrAhead, next, r.write)
+	}
+	lag := r.write - next
+	switch {
+	case lag == 0:
+		return Decision{Kind: CaughtUp, From: next, To: next}, nil
+	case lag > uint64(len(r.slots)):
+		return Decision{Kind: Expired, Lag: lag, From: next, To: r.write, Missed: lag - uint64(len(r.slots))}, nil
+	default:
+		return Decision{Kind: Messages, Lag: lag, From: next, To: r.write}, nil
+	}
+}
+
+// At returns the message with the given cursor while it is still buffered.
+func (r *Ring[T]) At(cursor uint64) (T, error) {
+	if cursor >= r.write || r.write-cursor > uint64(len(r.slots)) {
+		var zero T
+		return zero, fmt.Errorf("%w: cursor %d, window [%d, %d)", ErrNotBuffered, cursor, r.oldest(), r.write)
+	}
+	return r.slots[cursor%uint64(len(r.slots))], nil
+}
+
+// oldest is the smallest cursor still buffered.
+func (r *Ring[T]) oldest() uint64 {
+	if r.write < uint64(len(r.slots)) {
+		return 0
+	}
+	return r.write - uint64(len(r.slots))
+}

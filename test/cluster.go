@@ -1,0 +1,218 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/cluster"
+)
+
+// Node is one in-process EchoPubSub node on loopback.
+type Node struct {
+	System *actor.ActorSystem
+	Remote *remote.Remote
+	PS     *echopubsub.PubSub
+	Addr   string
+	Faults *Faults
+	Log    zerolog.Logger
+}
+
+// StartRemote starts an actor system with a remote on a free loopback port.
+func StartRemote(t testing.TB, log zerolog.Logger) (*actor.ActorSystem, *remote.Remote) {
+	t.Helper()
+	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.ErrorLevel)))
+	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
+	r.Start()
+	return system, r
+}
+
+// StartCluster starts n nodes with cfg on static membership; the nodes stop
+// when the test ends. opts apply to every node.
+func StartCluster(t testing.TB, n int, cfg echopubsub.Config, opts ...echopubsub.Option) []*Node {
+	t.Helper()
+	log := Logger(t, zerolog.InfoLevel)
+	nodes := make([]*Node, n)
+	var addrs []string
+	for i := range nodes {
+		system, r := StartRemote(t, log)
+		nodes[i] = &Node{System: system, Remote: r, Addr: system.Address(), Faults: NewFaults()}
+		nodes[i].Log = log.With().Str("test_node", nodes[i].Addr).Logger()
+		addrs = append(addrs, nodes[i].Addr)
+	}
+	for _, nd := range nodes {
+		nd.Start(t, cfg, append([]echopubsub.Option{echopubsub.WithMembership(cluster.NewStatic(addrs...))}, opts...)...)
+	}
+	return nodes
+}
+
+// Start starts (or, after StopPubSub, restarts) the node's pubsub.
+func (nd *Node) Start(t testing.TB, cfg echopubsub.Config, opts ...echopubsub.Option) {
+	t.Helper()
+	opts = append([]echopubsub.Option{echopubsub.WithLogger(nd.Log), echopubsub.WithFaultHook(nd.Faults)}, opts...)
+	ps, err := echopubsub.Start(nd.System, cfg, opts...)
+	if err != nil {
+		t.Fatalf("start pubsub on %s: %v", nd.Addr, err)
+	}
+	nd.PS = ps
+	t.Cleanup(func() { nd.Shutdown(t) })
+}
+
+// StopPubSub stops only the node's pubsub (its actor system keeps running).
+func (nd *Node) StopPubSub(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := nd.PS.Stop(ctx); err != nil {
+		t.Errorf("stop pubsub on %s: %v", nd.Addr, err)
+	}
+}
+
+var shutdowns sync.Map // *Node -> struct{}: each node is shut down once
+
+// Shutdown stops the pubsub and the remote. Idempotent.
+func (nd *Node) Shutdown(t testing.TB) {
+	if _, done := shutdowns.LoadOrStore(nd, struct{}{}); done {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := nd.PS.Stop(ctx); err != nil {
+		t.Errorf("stop pubsub on %s: %v", nd.Addr, err)
+	}
+	nd.Remote.Shutdown(false)
+	nd.System.Shutdown()
+}
+
+// Subscribe spawns a collector on the node subscribed to topic.
+func (nd *Node) Subscribe(t testing.TB, topic string, opts ...echopubsub.SubscribeOption) *Collector {
+	t.Helper()
+	c := SpawnCollector(nd.System)
+	if err := nd.PS.Subscribe(c.PID, topic, opts...); err != nil {
+		t.Fatalf("subscribe on %s: %v", nd.Addr, err)
+	}
+	return c
+}
+
+// Broadcast broadcasts from the node's root context and fails the test on
+// error.
+func (nd *Node) Broadcast(t testing.TB, topic string, msg proto.Message) {
+	t.Helper()
+	if err := nd.PS.Broadcast(nil, topic, msg); err != nil {
+		t.Fatalf("broadcast on %s: %v", nd.Addr, err)
+	}
+}
+
+// Stats returns the node's group-0 producer view.
+func (nd *Node) Stats(t testing.TB) echopubsub.GroupStats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := nd.PS.Stats(ctx)
+	if err != nil {
+		t.Fatalf("stats on %s: %v", nd.Addr, err)
+	}
+	return st[0]
+}
+
+// NodeStats returns what nd's group-0 producer knows of node addr.
+func (nd *Node) NodeStats(t testing.TB, addr string) echopubsub.NodeStats {
+	t.Helper()
+	for _, ns := range nd.Stats(t).Nodes {
+		if ns.Node == addr {
+			return ns
+		}
+	}
+	return echopubsub.NodeStats{Node: addr}
+}
+
+// Partition cuts node i off from every other node, in both directions, on
+// the send and receive path (a fault hook, not the network).
+func Partition(nodes []*Node, i int) {
+	for j, nd := range nodes {
+		if j == i {
+			continue
+		}
+		nd.Faults.Cut(nodes[i].Addr)
+		nodes[i].Faults.Cut(nd.Addr)
+	}
+}
+
+// Heal undoes every cut.
+func Heal(nodes []*Node) {
+	for _, nd := range nodes {
+		nd.Faults.HealAll()
+	}
+}
+
+// ErrCut is the error a cut link gives a producer's send.
+var ErrCut = errors.New("test: link cut")
+
+// Faults is a FaultHook with switchable faults.
+type Faults struct {
+	mu        sync.Mutex
+	cut       map[string]bool
+	dropRecv  int // drop the next n requests received
+	OnDeliver func(from string, cursor uint64)
+	OnAcked   func(from string, req proto.Message)
+}
+
+// NewFaults returns a hook with no faults.
+func NewFaults() *Faults { return &Faults{cut: map[string]bool{}} }
+
+// Cut makes sends to, and requests from, node fail.
+func (f *Faults) Cut(node string) { f.mu.Lock(); f.cut[node] = true; f.mu.Unlock() }
+
+// HealAll removes every cut.
+func (f *Faults) HealAll() { f.mu.Lock(); f.cut = map[string]bool{}; f.mu.Unlock() }
+
+// DropReceived drops the next n requests this node's workers receive.
+func (f *Faults) DropReceived(n int) { f.mu.Lock(); f.dropRecv = n; f.mu.Unlock() }
+
+func (f *Faults) Send(node string, _ proto.Message) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut[node] {
+		return ErrCut
+	}
+	return nil
+}
+
+func (f *Faults) Receive(from string, _ proto.Message) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut[from] {
+		return ErrCut
+	}
+	if f.dropRecv > 0 {
+		f.dropRecv--
+		return errors.New("test: dropped on receive")
+	}
+	return nil
+}
+
+func (f *Faults) Delivered(from string, cursor uint64) {
+	f.mu.Lock()
+	fn := f.OnDeliver
+	f.mu.Unlock()
+	if fn != nil {
+		fn(from, cursor)
+	}
+}
+
+func (f *Faults) Acked(from string, req proto.Message) {
+	f.mu.Lock()
+	fn := f.OnAcked
+	f.mu.Unlock()
+	if fn != nil {
+		fn(from, req)
+	}
+}
