@@ -139,9 +139,7 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
 	ps := &PubSub{rt: rt, membership: o.membership, root: root, registry: rt.RegistryPID()}
-	// The root spawns its children while starting; once it answers, every
-	// PID of the tree exists and nothing sent to it is lost.
-	if _, err := system.Root.RequestFuture(root, &actors.MembersQuery{}, cfg.CallTimeout).Result(); err != nil {
+	if err := ps.waitReady(); err != nil {
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: tree did not come up: %w", cfg.Name, err)
 	}
@@ -152,6 +150,36 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	}
 	rt.Log.Info().Int("pool_size", cfg.PoolSize).Int("buffer_size", cfg.BufferSize).Msg("echopubsub started")
 	return ps, nil
+}
+
+// waitReady returns once every actor of the tree answers, so that nothing
+// sent to it after Start is lost. Supervisors spawn their children while
+// they start, asynchronously, so a child may not exist at the first ask.
+func (ps *PubSub) waitReady() error {
+	deadline := time.Now().Add(ps.rt.Cfg.CallTimeout)
+	targets := []struct {
+		pid *actor.PID
+		msg interface{}
+	}{{ps.root, &actors.MembersQuery{}}}
+	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
+		targets = append(targets, struct {
+			pid *actor.PID
+			msg interface{}
+		}{ps.rt.ProducerPID(uint32(g)), &actors.StatsQuery{}})
+	}
+	for _, tg := range targets {
+		for {
+			_, err := ps.rt.System.Root.RequestFuture(tg.pid, tg.msg, time.Until(deadline)).Result()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, actor.ErrDeadLetter) || time.Now().After(deadline) {
+				return fmt.Errorf("%s: %w", tg.pid.Id, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // NodeName is this node's name: its advertised remote address.

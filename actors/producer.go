@@ -209,22 +209,24 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 }
 
 func (p *producer) flushAll(ctx actor.Context) {
-	var slowest *peer
-	var worst uint64
 	for _, pe := range p.peers {
 		p.service(ctx, pe)
-		if d, err := p.ring.Decide(pe.next); err == nil && d.Lag >= worst {
-			slowest, worst = pe, d.Lag
-		}
 	}
-	if slowest != nil && float64(worst) >= p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize) &&
-		time.Since(p.lastWarn) >= p.cfg.CapacityWarningInterval {
-		p.lastWarn = time.Now()
-		p.log.Warn().Str("node", slowest.m.Name).Uint64("lag", worst).Int("buffer_size", p.cfg.BufferSize).
-			Msg("buffer capacity warning: slowest node is far behind")
-		ctx.ActorSystem().EventStream.Publish(&CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
-			Node: slowest.m.Name, Lag: worst, Capacity: p.cfg.BufferSize})
+}
+
+// capacity warns (throttled by CapacityWarningInterval) when a node's lag
+// reaches CapacityWarningThreshold of the buffer: it is the slowest node
+// that crosses it first.
+func (p *producer) capacity(ctx actor.Context, pe *peer, lag uint64) {
+	if float64(lag) < p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize) ||
+		time.Since(p.lastWarn) < p.cfg.CapacityWarningInterval {
+		return
 	}
+	p.lastWarn = time.Now()
+	p.log.Warn().Str("node", pe.m.Name).Uint64("lag", lag).Int("buffer_size", p.cfg.BufferSize).
+		Msg("buffer capacity warning: a node is far behind")
+	ctx.ActorSystem().EventStream.Publish(&CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
+		Node: pe.m.Name, Lag: lag, Capacity: p.cfg.BufferSize})
 }
 
 // service sends pe what it needs next, if it can take it now. At most one
@@ -243,6 +245,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		pe.next, pe.registered = p.ring.WriteCursor(), false
 		return
 	}
+	p.capacity(ctx, pe, d.Lag)
 	switch d.Kind {
 	case ringbuf.Messages:
 		p.sendBatch(ctx, pe, d)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/messages"
 )
 
 // Node is one in-process EchoPubSub node on loopback.
@@ -161,8 +162,34 @@ type Faults struct {
 	mu        sync.Mutex
 	cut       map[string]bool
 	dropRecv  int // drop the next n requests received
-	OnDeliver func(from string, cursor uint64)
-	OnAcked   func(from string, req proto.Message)
+	panicSend bool
+	batches   int
+	onDeliver func(from string, cursor uint64)
+	onAcked   func(from string, req proto.Message)
+	onReceive func(from string, req proto.Message)
+}
+
+// SetOnDeliver runs fn after each entry a worker on this node delivers (fn
+// may panic to crash the worker).
+func (f *Faults) SetOnDeliver(fn func(from string, cursor uint64)) {
+	f.mu.Lock()
+	f.onDeliver = fn
+	f.mu.Unlock()
+}
+
+// SetOnAcked runs fn after a worker on this node answered a request.
+func (f *Faults) SetOnAcked(fn func(from string, req proto.Message)) {
+	f.mu.Lock()
+	f.onAcked = fn
+	f.mu.Unlock()
+}
+
+// SetOnReceive runs fn when a worker on this node gets a request, before it
+// handles it (fn may block to stall the worker).
+func (f *Faults) SetOnReceive(fn func(from string, req proto.Message)) {
+	f.mu.Lock()
+	f.onReceive = fn
+	f.mu.Unlock()
 }
 
 // NewFaults returns a hook with no faults.
@@ -177,18 +204,48 @@ func (f *Faults) HealAll() { f.mu.Lock(); f.cut = map[string]bool{}; f.mu.Unlock
 // DropReceived drops the next n requests this node's workers receive.
 func (f *Faults) DropReceived(n int) { f.mu.Lock(); f.dropRecv = n; f.mu.Unlock() }
 
+// PanicOnNextSend makes the next producer send on this node panic, which
+// crashes the producer (the hook runs on its goroutine).
+func (f *Faults) PanicOnNextSend() { f.mu.Lock(); f.panicSend = true; f.mu.Unlock() }
+
+// CountBatches starts counting the batches this node's workers receive and
+// returns the counter.
+func (f *Faults) CountBatches() func() int {
+	f.mu.Lock()
+	f.batches = 0
+	f.mu.Unlock()
+	return func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.batches
+	}
+}
+
 func (f *Faults) Send(node string, _ proto.Message) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.panicSend {
+		f.panicSend = false
+		panic("test: producer crash on send")
+	}
 	if f.cut[node] {
 		return ErrCut
 	}
 	return nil
 }
 
-func (f *Faults) Receive(from string, _ proto.Message) error {
+func (f *Faults) Receive(from string, req proto.Message) error {
+	f.mu.Lock()
+	fn := f.onReceive
+	f.mu.Unlock()
+	if fn != nil {
+		fn(from, req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := req.(*messages.Batch); ok {
+		f.batches++
+	}
 	if f.cut[from] {
 		return ErrCut
 	}
@@ -201,7 +258,7 @@ func (f *Faults) Receive(from string, _ proto.Message) error {
 
 func (f *Faults) Delivered(from string, cursor uint64) {
 	f.mu.Lock()
-	fn := f.OnDeliver
+	fn := f.onDeliver
 	f.mu.Unlock()
 	if fn != nil {
 		fn(from, cursor)
@@ -210,7 +267,7 @@ func (f *Faults) Delivered(from string, cursor uint64) {
 
 func (f *Faults) Acked(from string, req proto.Message) {
 	f.mu.Lock()
-	fn := f.OnAcked
+	fn := f.onAcked
 	f.mu.Unlock()
 	if fn != nil {
 		fn(from, req)
