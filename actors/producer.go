@@ -91,15 +91,15 @@ type producer struct {
 	hook    FaultHook
 	log     zerolog.Logger
 
-	ring      *ringbuf.Ring[*messages.Entry]
-	inc       uint64
-	peers     map[string]*peer
-	forgotten map[string]uint64 // node -> write cursor when forgotten
-	sched     *scheduler.TimerScheduler
+	ring        *ringbuf.Ring[*messages.Entry]
+	inc         uint64
+	peers       map[string]*peer
+	forgotten   map[string]uint64 // node -> write cursor when forgotten
+	sched       *scheduler.TimerScheduler
 	flushCancel scheduler.CancelFunc
 	timer       bool
-	dead      bool
-	lastWarn  time.Time
+	dead        bool
+	lastWarn    time.Time
 }
 
 func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, log zerolog.Logger) actor.Producer {
