@@ -228,6 +228,10 @@ func (ps *PubSub) UnsubscribeNamed(name, topic string) error {
 	return ps.ask(&actors.Unsubscribe{Name: name, Topic: topic})
 }
 
+// SubscriberCount is the number of subscriptions to topic on this node (a
+// PID subscribed twice counts twice). Terminated PIDs are pruned.
+func (ps *PubSub) SubscriberCount(topic string) int { return ps.rt.Dispatcher.SubscriberCount(topic) }
+
 // SetNoticeSubscriber makes pid receive a copy of every back-pressure
 // notice on this node (nil: none).
 func (ps *PubSub) SetNoticeSubscriber(pid *actor.PID) error {

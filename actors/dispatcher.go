@@ -173,3 +173,8 @@ func (d *Dispatcher) Expired(ce *messages.CursorExpired) {
 func (d *Dispatcher) HasSubscribers(topic string) bool {
 	return len(d.table.Load().topics[topic]) > 0
 }
+
+// SubscriberCount is the number of subscriptions to topic.
+func (d *Dispatcher) SubscriberCount(topic string) int {
+	return len(d.table.Load().topics[topic])
+}

@@ -29,6 +29,14 @@ func SpawnCollector(system *actor.ActorSystem) *Collector {
 	return c
 }
 
+// SpawnNamedCollector spawns a Collector registered under name.
+func SpawnNamedCollector(system *actor.ActorSystem, name string) (*Collector, error) {
+	c := &Collector{}
+	pid, err := system.Root.SpawnNamed(actor.PropsFromFunc(c.receive, actor.WithMailbox(echopubsub.SubscriberMailbox())), name)
+	c.PID = pid
+	return c, err
+}
+
 // SpawnStalledCollector spawns a Collector that handles nothing until
 // Release is called: its mailbox fills as a stalled consumer's would.
 func SpawnStalledCollector(system *actor.ActorSystem) *Collector {

@@ -1,0 +1,64 @@
+// Package echopubsub is reliable cluster pub/sub for Proto.Actor: a port of
+// EchoPubSub (an at-least-once Phoenix.PubSub adapter) to Go.
+//
+// # The guarantee
+//
+// Either a subscriber receives every message in order, or it is told that it
+// fell behind. Never a silent gap.
+//
+// Every node's producer keeps the last Config.BufferSize messages in a ring
+// buffer (package ringbuf), each stamped with an absolute write cursor, and a
+// read cursor per remote node that advances only when that node's worker
+// acknowledges a batch. A node that was cut off gets the messages it missed,
+// in order, when it comes back; a node that stayed away longer than the
+// buffer covers is sent *messages.CursorExpired{Node} instead, so the
+// application reloads from a source of truth. Delivery is at-least-once: a
+// lost acknowledgement means a redelivery (see Dedupe).
+//
+// # Back-pressure
+//
+// A subscriber whose mailbox holds Config.MaxQueueLen messages (or its
+// WithMaxQueueLen) is not sent more: the newest message is dropped for it, and
+// it receives one *messages.BackPressure DROPPING notice, then one RESUMED
+// notice when it is found back under its bound. The node-level stream stays
+// intact (the batch is still acknowledged, other subscribers get everything),
+// so for one subscriber the guarantee reads: every message in order, or told
+// by CursorExpired, or told by a DROPPING notice — the notices bracket
+// exactly what it has to reconcile. Subscribers spawn with SubscriberMailbox
+// so their queue can be measured; a subscriber that cannot be measured must
+// opt in with WithUnboundedQueue.
+//
+// # Design answers
+//
+//   - Broadcast encodes the message once, in the caller, and returns when the
+//     write is queued for its producer. It does not wait for remote delivery.
+//     A fast publisher cannot grow a producer's mailbox without bound: each
+//     producer admits Config.MaxPendingWrites queued writes, and Broadcast
+//     waits (up to CallTimeout, then ErrBusy) for room.
+//   - This node's subscribers receive a broadcast once, from the producer, when
+//     it is written to the buffer (before any remote node), with the same
+//     cursor a remote node sees.
+//   - A batch in flight when its node leaves stays unacknowledged: the node's
+//     read cursor is kept (for Config.ForgetAfter) and the batch is replayed
+//     when it returns. A node that restarts registers anew and resumes from
+//     its cursor (its new subscribers get the buffered tail). When the
+//     producer restarts, its buffer is gone: every worker that knew the old
+//     incarnation tells its subscribers CursorExpired.
+//   - Nothing is sent when nothing changed: a producer learns a node is back
+//     from its own retries (every RetryInterval) and from protoactor's
+//     endpoint events; Consul membership adds health checks.
+//
+// # Use
+//
+//	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(zlog))
+//	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 8090, zlog))
+//	r.Start()
+//	ps, err := echopubsub.Start(system, echopubsub.DefaultConfig("scores"),
+//		echopubsub.WithMembership(cluster.NewStatic("127.0.0.1:8090", "127.0.0.1:8091")),
+//		echopubsub.WithLogger(zlog))
+//	sub := system.Root.Spawn(actor.PropsFromFunc(receive, actor.WithMailbox(echopubsub.SubscriberMailbox())))
+//	err = ps.Subscribe(sub, "match:42")
+//	err = ps.Broadcast(nil, "match:42", &scorepb.Goal{...})
+//
+// The supervision tree is described in package supervision.
+package echopubsub
