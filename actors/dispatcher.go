@@ -61,8 +61,11 @@ func newDispatcher(system *actor.ActorSystem, node string, log zerolog.Logger) *
 
 // Item is one message for Deliver.
 type Item struct {
-	Topic   string
+	Topic string
+	// Message is the message to hand out; when nil, Entry's payload is
+	// decoded, once, and only if the topic has a subscriber here.
 	Message proto.Message
+	Entry   *messages.Entry
 	// Exclude is the key of a subscriber that must not receive it
 	// (BroadcastFrom), "" for none.
 	Exclude string
@@ -80,6 +83,9 @@ func (d *Dispatcher) Deliver(it *Item) {
 	subs := d.table.Load().topics[it.Topic]
 	if len(subs) == 0 {
 		return
+	}
+	if it.Message == nil {
+		it.Message = decodeEntry(it.Entry)
 	}
 	var meta *messages.Delivery
 	for _, s := range subs {
@@ -168,10 +174,15 @@ func (d *Dispatcher) Expired(ce *messages.CursorExpired) {
 		Str("reason", ce.Reason).Int("subscribers", len(t.subscribers)).Msg("cursor expired: subscribers told to reload")
 }
 
-// HasSubscribers reports whether topic has any local subscriber, so callers
-// can skip decoding a payload nobody here reads.
-func (d *Dispatcher) HasSubscribers(topic string) bool {
-	return len(d.table.Load().topics[topic]) > 0
+// decodeEntry decodes e's payload. A payload this node cannot decode is
+// delivered as *messages.Undecodable, so the subscriber is told rather than
+// left with a silent gap.
+func decodeEntry(e *messages.Entry) proto.Message {
+	msg, err := messages.Decode(e.PayloadType, e.Payload)
+	if err != nil {
+		return &messages.Undecodable{Topic: e.Topic, PayloadType: e.PayloadType, Payload: e.Payload, Error: err.Error()}
+	}
+	return msg
 }
 
 // SubscriberCount is the number of subscriptions to topic.

@@ -192,14 +192,8 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		return
 	}
 	if w.Entry.OnlyNode == "" || w.Entry.OnlyNode == p.node {
-		msg := w.Msg
-		if msg == nil && p.d.HasSubscribers(w.Entry.Topic) {
-			msg = decodeEntry(w.Entry)
-		}
-		if msg != nil {
-			p.d.Deliver(&Item{Topic: w.Entry.Topic, Message: msg, Exclude: w.Entry.Exclude,
-				Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
-		}
+		p.d.Deliver(&Item{Topic: w.Entry.Topic, Message: w.Msg, Entry: w.Entry, Exclude: w.Entry.Exclude,
+			Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
 	if p.cfg.BatchInterval == 0 {
 		p.flushAll(ctx)
@@ -476,12 +470,4 @@ func (p *producer) stats() *GroupStats {
 		gs.Nodes = append(gs.Nodes, ns)
 	}
 	return gs
-}
-
-func decodeEntry(e *messages.Entry) proto.Message {
-	msg, err := messages.Decode(e.PayloadType, e.Payload)
-	if err != nil {
-		return &messages.Undecodable{Topic: e.Topic, PayloadType: e.PayloadType, Payload: e.Payload, Error: err.Error()}
-	}
-	return msg
 }

@@ -171,7 +171,7 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 		e.Exclude = pidKey(from)
 	}
 	if m.Local {
-		r.rt.LocalDeliver(e, decodeEntry(e))
+		r.rt.LocalDeliver(e, nil)
 		return nil
 	}
 	return r.rt.Enqueue(from, e, nil)
@@ -215,7 +215,7 @@ func (rt *Runtime) Enqueue(from *actor.PID, e *messages.Entry, msg proto.Message
 // LocalDeliver hands e to this node's subscribers only (LocalBroadcast):
 // not buffered, no cursor.
 func (rt *Runtime) LocalDeliver(e *messages.Entry, msg proto.Message) {
-	rt.Dispatcher.Deliver(&Item{Topic: e.Topic, Message: msg, Exclude: e.Exclude, Node: rt.Node, Local: true})
+	rt.Dispatcher.Deliver(&Item{Topic: e.Topic, Message: msg, Entry: e, Exclude: e.Exclude, Node: rt.Node, Local: true})
 }
 
 // Done is closed by Close.

@@ -143,16 +143,15 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
 		k.expected = m.FirstCursor
 	}
+	it := Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation}
 	for i, e := range m.Entries {
 		c := m.FirstCursor + uint64(i)
 		if c < k.expected {
 			continue // already delivered: a redelivery after a lost ack
 		}
 		if e.OnlyNode == "" || e.OnlyNode == w.node {
-			if w.d.HasSubscribers(e.Topic) {
-				w.d.Deliver(&Item{Topic: e.Topic, Message: decodeEntry(e), Exclude: e.Exclude,
-					Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Cursor: c})
-			}
+			it.Topic, it.Message, it.Entry, it.Exclude, it.Cursor = e.Topic, nil, e, e.Exclude, c
+			w.d.Deliver(&it)
 		}
 		k.expected = c + 1
 		if w.hook != nil {
