@@ -180,6 +180,7 @@ func TestProducerRestartedWhileAwayExpires(t *testing.T) {
 	cfg := fastConfig()
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
+	local := nodes[0].Subscribe(t, "match")
 	waitJoined(t, nodes)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	wantStamps(t, c, 1)
@@ -188,6 +189,9 @@ func TestProducerRestartedWhileAwayExpires(t *testing.T) {
 	crashProducer(t, nodes[0])
 	test.Heal(nodes)
 	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](c) == 1 }, c.Describe)
+	// The producer's own node is told too: the write that crashed it may
+	// not have reached local subscribers.
+	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](local) == 1 }, local.Describe)
 	nodes[0].Broadcast(t, "match", stamp(3))
 	wantStamps(t, c, 1, 3)
 }

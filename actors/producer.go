@@ -99,13 +99,16 @@ type producer struct {
 	flushCancel scheduler.CancelFunc
 	timer       bool
 	dead        bool
+	restarted   bool
 	lastWarn    time.Time
 }
 
 func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, log zerolog.Logger) actor.Producer {
+	starts := 0 // incarnations of this producer; only the current one runs
 	return func() actor.Actor {
+		starts++
 		return &producer{cfg: cfg, group: group, node: node, root: root, d: d, credits: credits, hook: hook,
-			log: log.With().Uint32("group", group).Logger()}
+			log: log.With().Uint32("group", group).Logger(), restarted: starts > 1}
 	}
 }
 
@@ -150,7 +153,13 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.peers = map[string]*peer{}
 		p.forgotten = map[string]uint64{}
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
-		p.log.Info().Uint64("incarnation", p.inc).Msg("producer started")
+		p.log.Info().Uint64("incarnation", p.inc).Bool("restarted", p.restarted).Msg("producer started")
+		if p.restarted {
+			// This node's subscribers got the old incarnation's messages at
+			// write time, but the write that crashed it may not have reached
+			// them: tell them, as every remote worker will tell theirs.
+			p.d.Expired(&messages.CursorExpired{Node: p.node, Group: p.group, Reason: "producer restarted"})
+		}
 		ctx.Request(p.root, &MembersQuery{})
 	case *actor.Restarting, *actor.Stopping:
 		p.dead = true

@@ -3,9 +3,9 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
