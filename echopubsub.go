@@ -269,15 +269,15 @@ func (ps *PubSub) stopped() bool {
 	}
 }
 
-func entry(topic string, msg proto.Message) (*messages.Entry, error) {
+func entry(topic string, msg proto.Message) (actors.Entry, error) {
 	if topic == "" {
-		return nil, fmt.Errorf("echopubsub: topic must not be empty")
+		return actors.Entry{}, fmt.Errorf("echopubsub: topic must not be empty")
 	}
 	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
-		return nil, err
+		return actors.Entry{}, err
 	}
-	return &messages.Entry{Topic: topic, PayloadType: typeName, Payload: payload}, nil
+	return actors.Entry{Topic: topic, PayloadType: typeName, Payload: payload}, nil
 }
 
 // Broadcast sends msg to every subscriber of topic on every node, at least

@@ -35,7 +35,9 @@ const MaxFrameBytes = 64 << 20
 //     noticed in seconds rather than at TCP's timeout, and a server policy
 //     that accepts them;
 //   - a 2 s connect timeout and a single connect attempt per endpoint, so a
-//     cut-off peer fails fast and is retried by EchoPubSub's own loop.
+//     cut-off peer fails fast and is retried by EchoPubSub's own loop;
+//   - endpoint queues that start at 4096 slots and grow, instead of
+//     protoactor's preallocated 1,000,000 (16 MiB per peer, scanned by the GC).
 func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.ConfigOption) *remote.Config {
 	base := []remote.ConfigOption{
 		remote.WithServerOptions(
@@ -52,6 +54,10 @@ func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.Conf
 			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second}),
 		),
 	}
+	// protoactor preallocates a 1,000,000-slot queue per endpoint (16 MiB of
+	// pointers the GC scans on every cycle); the queue grows on demand, so
+	// start small.
+	base = append(base, remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096))
 	cfg := remote.Configure(host, port, append(base, opts...)...)
 	cfg.MaxRetryCount = 1
 	return cfg

@@ -1,11 +1,13 @@
 package actors
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -62,10 +64,13 @@ func newDispatcher(system *actor.ActorSystem, node string, log zerolog.Logger) *
 // Item is one message for Deliver.
 type Item struct {
 	Topic string
-	// Message is the message to hand out; when nil, Entry's payload is
-	// decoded, once, and only if the topic has a subscriber here.
-	Message proto.Message
-	Entry   *messages.Entry
+	// Message is the message to hand out; when nil, Payload is decoded (as
+	// Type, or else as PayloadType looked up by name), once, and only if the
+	// topic has a subscriber here.
+	Message     proto.Message
+	PayloadType string
+	Payload     []byte
+	Type        protoreflect.MessageType
 	// Exclude is the key of a subscriber that must not receive it
 	// (BroadcastFrom), "" for none.
 	Exclude string
@@ -85,7 +90,7 @@ func (d *Dispatcher) Deliver(it *Item) {
 		return
 	}
 	if it.Message == nil {
-		it.Message = decodeEntry(it.Entry)
+		it.Message = decode(it)
 	}
 	var meta *messages.Delivery
 	for _, s := range subs {
@@ -174,13 +179,23 @@ func (d *Dispatcher) Expired(ce *messages.CursorExpired) {
 		Str("reason", ce.Reason).Int("subscribers", len(t.subscribers)).Msg("cursor expired: subscribers told to reload")
 }
 
-// decodeEntry decodes e's payload. A payload this node cannot decode is
+// decode decodes it's payload. A payload this node cannot decode is
 // delivered as *messages.Undecodable, so the subscriber is told rather than
 // left with a silent gap.
-func decodeEntry(e *messages.Entry) proto.Message {
-	msg, err := messages.Decode(e.PayloadType, e.Payload)
+func decode(it *Item) proto.Message {
+	var msg proto.Message
+	var err error
+	if it.Type != nil {
+		msg = it.Type.New().Interface()
+		if err = proto.Unmarshal(it.Payload, msg); err != nil {
+			err = fmt.Errorf("messages: decode %s: %w", it.PayloadType, err)
+		}
+	} else {
+		msg, err = messages.Decode(it.PayloadType, it.Payload)
+	}
 	if err != nil {
-		return &messages.Undecodable{Topic: e.Topic, PayloadType: e.PayloadType, Payload: e.Payload, Error: err.Error()}
+		return &messages.Undecodable{Topic: it.Topic, PayloadType: it.PayloadType,
+			Payload: append([]byte(nil), it.Payload...), Error: err.Error()}
 	}
 	return msg
 }

@@ -14,10 +14,21 @@ import (
 	"github.com/echopubsub/echopubsub/ringbuf"
 )
 
+// Entry is one buffered broadcast, as a producer's ring holds it.
+type Entry struct {
+	Topic       string
+	PayloadType string
+	Payload     []byte
+	// Exclude is the key (address/id) of a subscriber that must not get it.
+	Exclude string
+	// OnlyNode, when set, is the one node whose subscribers get it.
+	OnlyNode string
+}
+
 // Write asks a producer to buffer one broadcast. Msg, when set, is the
 // original message, handed as is to this node's subscribers.
 type Write struct {
-	Entry *messages.Entry
+	Entry Entry
 	Msg   proto.Message
 }
 
@@ -91,7 +102,8 @@ type producer struct {
 	hook    FaultHook
 	log     zerolog.Logger
 
-	ring        *ringbuf.Ring[*messages.Entry]
+	ring        *ringbuf.Ring[Entry]
+	lastBatch   *messages.Batch // the last batch built, reused for a peer that needs the same range
 	inc         uint64
 	peers       map[string]*peer
 	forgotten   map[string]uint64 // node -> write cursor when forgotten
@@ -143,7 +155,7 @@ func (p *producer) Receive(ctx actor.Context) {
 	case *StatsQuery:
 		ctx.Respond(p.stats())
 	case *actor.Started:
-		ring, err := ringbuf.New[*messages.Entry](p.cfg.BufferSize)
+		ring, err := ringbuf.New[Entry](p.cfg.BufferSize)
 		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
 			p.log.Error().Err(err).Msg("producer cannot start")
 			return
@@ -195,14 +207,15 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 	case <-p.credits:
 	default:
 	}
-	c, err := p.ring.Write(w.Entry)
+	e := &w.Entry
+	c, err := p.ring.Write(*e)
 	if err != nil {
-		p.log.Error().Err(err).Str("topic", w.Entry.Topic).Msg("broadcast not buffered")
+		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
 	}
-	if w.Entry.OnlyNode == "" || w.Entry.OnlyNode == p.node {
-		p.d.Deliver(&Item{Topic: w.Entry.Topic, Message: w.Msg, Entry: w.Entry, Exclude: w.Entry.Exclude,
-			Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
+	if e.OnlyNode == "" || e.OnlyNode == p.node {
+		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
+			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
 	if p.cfg.BatchInterval == 0 {
 		p.flushAll(ctx)
@@ -258,29 +271,9 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 }
 
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
-	n := d.Lag
-	if n > uint64(p.cfg.MaxBatchMessages) {
-		n = uint64(p.cfg.MaxBatchMessages)
-	}
-	entries := make([]*messages.Entry, 0, n)
-	size := 0
-	for c := d.From; c < d.To && len(entries) < p.cfg.MaxBatchMessages; c++ {
-		e, err := p.ring.At(c)
-		if err != nil {
-			p.log.Error().Err(err).Msg("decided messages not buffered")
-			break
-		}
-		sz := len(e.Payload) + len(e.Topic) + len(e.PayloadType) + len(e.Exclude) + len(e.OnlyNode) + 16
-		if len(entries) > 0 && size+sz > p.cfg.MaxBatchBytes {
-			break
-		}
-		entries = append(entries, e)
-		size += sz
-	}
-	target := d.From + uint64(len(entries))
+	req := p.batch(d)
+	target := d.From + uint64(req.Len())
 	capped := target < d.To
-	req := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
-		ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From, Entries: entries}
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.BatchAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
@@ -296,6 +289,39 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		}
 		return true
 	})
+}
+
+// batch builds the batch for decision d: from d.From, as many entries as
+// MaxBatchMessages and MaxBatchBytes allow (at least one). Peers that need
+// the same range share one batch, which is never modified once sent.
+func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
+	n, size := 0, 0
+	for c := d.From; c < d.To && n < p.cfg.MaxBatchMessages; c++ {
+		e, err := p.ring.At(c)
+		if err != nil {
+			p.log.Error().Err(err).Msg("decided messages not buffered")
+			break
+		}
+		sz := len(e.Payload) + len(e.Topic) + len(e.Exclude) + len(e.OnlyNode) + 8
+		if n > 0 && size+sz > p.cfg.MaxBatchBytes {
+			break
+		}
+		n++
+		size += sz
+	}
+	if b := p.lastBatch; b != nil && b.FirstCursor == d.From && b.Len() == n && b.ProducerIncarnation == p.inc {
+		return b
+	}
+	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
+		TopicIndex: make([]uint32, 0, n), TypeIndex: make([]uint32, 0, n), PayloadSize: make([]uint32, 0, n),
+		Payloads: make([]byte, 0, size)}
+	for c := d.From; c < d.From+uint64(n); c++ {
+		e, _ := p.ring.At(c)
+		b.Add(e.Topic, e.PayloadType, e.Payload, e.Exclude, e.OnlyNode)
+	}
+	p.lastBatch = b
+	return b
 }
 
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {

@@ -166,7 +166,7 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 		return fmt.Errorf("echopubsub: topic must not be empty")
 	}
 	from := ctx.Sender()
-	e := &messages.Entry{Topic: m.Topic, PayloadType: typeName, Payload: m.Message.Value, OnlyNode: m.OnlyNode}
+	e := Entry{Topic: m.Topic, PayloadType: typeName, Payload: m.Message.Value, OnlyNode: m.OnlyNode}
 	if m.ExcludeSender && from != nil {
 		e.Exclude = pidKey(from)
 	}
@@ -188,7 +188,7 @@ var (
 // Enqueue sends one write to the sender's producer, waiting up to
 // CallTimeout for room when that producer has MaxPendingWrites queued. msg,
 // when not nil, is handed as is to this node's subscribers.
-func (rt *Runtime) Enqueue(from *actor.PID, e *messages.Entry, msg proto.Message) error {
+func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 	g := rt.Group(from)
 	select {
 	case <-rt.done:
@@ -214,8 +214,9 @@ func (rt *Runtime) Enqueue(from *actor.PID, e *messages.Entry, msg proto.Message
 
 // LocalDeliver hands e to this node's subscribers only (LocalBroadcast):
 // not buffered, no cursor.
-func (rt *Runtime) LocalDeliver(e *messages.Entry, msg proto.Message) {
-	rt.Dispatcher.Deliver(&Item{Topic: e.Topic, Message: msg, Entry: e, Exclude: e.Exclude, Node: rt.Node, Local: true})
+func (rt *Runtime) LocalDeliver(e Entry, msg proto.Message) {
+	rt.Dispatcher.Deliver(&Item{Topic: e.Topic, Message: msg, PayloadType: e.PayloadType, Payload: e.Payload,
+		Exclude: e.Exclude, Node: rt.Node, Local: true})
 }
 
 // Done is closed by Close.

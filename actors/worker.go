@@ -6,6 +6,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -131,8 +133,8 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
 		return w.reject("batch", m.ProducerNode, err)
 	}
-	if m.FirstCursor+uint64(len(m.Entries)) < m.FirstCursor {
-		return w.reject("batch", m.ProducerNode, fmt.Errorf("cursor range overflows: first %d, %d entries", m.FirstCursor, len(m.Entries)))
+	if err := m.Validate(); err != nil {
+		return w.reject("batch", m.ProducerNode, err)
 	}
 	k := w.table.producers[m.ProducerNode]
 	if k == nil || k.incarnation != m.ProducerIncarnation {
@@ -144,13 +146,24 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		k.expected = m.FirstCursor
 	}
 	it := Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation}
-	for i, e := range m.Entries {
-		c := m.FirstCursor + uint64(i)
+	types := make([]protoreflect.MessageType, len(m.PayloadTypes)) // resolved once per batch, when needed
+	entries := m.Entries()
+	for c := m.FirstCursor; ; c++ {
+		topic, ti, payload, exclude, only, ok := entries.Next()
+		if !ok {
+			break
+		}
 		if c < k.expected {
 			continue // already delivered: a redelivery after a lost ack
 		}
-		if e.OnlyNode == "" || e.OnlyNode == w.node {
-			it.Topic, it.Message, it.Entry, it.Exclude, it.Cursor = e.Topic, nil, e, e.Exclude, c
+		if only == "" || only == w.node {
+			if types[ti] == nil {
+				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(m.PayloadTypes[ti])); err == nil {
+					types[ti] = mt
+				}
+			}
+			it.Topic, it.Message, it.PayloadType, it.Payload, it.Type = topic, nil, m.PayloadTypes[ti], payload, types[ti]
+			it.Exclude, it.Cursor = exclude, c
 			w.d.Deliver(&it)
 		}
 		k.expected = c + 1

@@ -186,8 +186,9 @@ func (BackPressureState) EnumDescriptor() ([]byte, []int) {
 	return file_echopubsub_proto_rawDescGZIP(), []int{2}
 }
 
-// Entry is one buffered broadcast. Its payload is encoded once, by the
-// publisher, and the same bytes are sent to every node.
+// Entry is one buffered broadcast, as a value (Batch carries entries
+// column-wise; Batch.AddEntry and Batch.Entry convert). Its payload is
+// encoded once, by the publisher, and the same bytes go to every node.
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -269,9 +270,17 @@ func (x *Entry) GetOnlyNode() string {
 	return ""
 }
 
-// Batch carries the entries [first_cursor, first_cursor+len(entries)) of one
+// Batch carries the entries [first_cursor, first_cursor+n) of one
 // producer's ring buffer to one node's worker, as a request. The worker
 // answers with BatchAck.
+//
+// Entries travel column-wise, so that decoding a batch of n entries costs a
+// handful of allocations instead of four per entry, and a topic or type name
+// travels once per batch: entry i has topic topics[topic_index[i]], payload
+// type payload_types[type_index[i]], and payload bytes
+// payloads[sum(payload_size[:i]) : sum(payload_size[:i+1])]. Options holds
+// the rare per-entry exclude / only_node. Use Batch.AddEntry, Batch.Len,
+// Batch.Validate and Batch.Entry rather than the columns.
 type Batch struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion     uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -280,7 +289,13 @@ type Batch struct {
 	ProducerIncarnation uint64                 `protobuf:"varint,4,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
 	Group               uint32                 `protobuf:"varint,5,opt,name=group,proto3" json:"group,omitempty"`
 	FirstCursor         uint64                 `protobuf:"varint,6,opt,name=first_cursor,json=firstCursor,proto3" json:"first_cursor,omitempty"`
-	Entries             []*Entry               `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
+	Topics              []string               `protobuf:"bytes,8,rep,name=topics,proto3" json:"topics,omitempty"`
+	PayloadTypes        []string               `protobuf:"bytes,9,rep,name=payload_types,json=payloadTypes,proto3" json:"payload_types,omitempty"`
+	TopicIndex          []uint32               `protobuf:"varint,10,rep,packed,name=topic_index,json=topicIndex,proto3" json:"topic_index,omitempty"`
+	TypeIndex           []uint32               `protobuf:"varint,11,rep,packed,name=type_index,json=typeIndex,proto3" json:"type_index,omitempty"`
+	PayloadSize         []uint32               `protobuf:"varint,12,rep,packed,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
+	Payloads            []byte                 `protobuf:"bytes,13,opt,name=payloads,proto3" json:"payloads,omitempty"`
+	Options             []*EntryOption         `protobuf:"bytes,14,rep,name=options,proto3" json:"options,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -357,11 +372,114 @@ func (x *Batch) GetFirstCursor() uint64 {
 	return 0
 }
 
-func (x *Batch) GetEntries() []*Entry {
+func (x *Batch) GetTopics() []string {
 	if x != nil {
-		return x.Entries
+		return x.Topics
 	}
 	return nil
+}
+
+func (x *Batch) GetPayloadTypes() []string {
+	if x != nil {
+		return x.PayloadTypes
+	}
+	return nil
+}
+
+func (x *Batch) GetTopicIndex() []uint32 {
+	if x != nil {
+		return x.TopicIndex
+	}
+	return nil
+}
+
+func (x *Batch) GetTypeIndex() []uint32 {
+	if x != nil {
+		return x.TypeIndex
+	}
+	return nil
+}
+
+func (x *Batch) GetPayloadSize() []uint32 {
+	if x != nil {
+		return x.PayloadSize
+	}
+	return nil
+}
+
+func (x *Batch) GetPayloads() []byte {
+	if x != nil {
+		return x.Payloads
+	}
+	return nil
+}
+
+func (x *Batch) GetOptions() []*EntryOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// EntryOption is the exclude / only_node of entry `index` of a Batch.
+type EntryOption struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Exclude       string                 `protobuf:"bytes,2,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	OnlyNode      string                 `protobuf:"bytes,3,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntryOption) Reset() {
+	*x = EntryOption{}
+	mi := &file_echopubsub_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntryOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntryOption) ProtoMessage() {}
+
+func (x *EntryOption) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntryOption.ProtoReflect.Descriptor instead.
+func (*EntryOption) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EntryOption) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *EntryOption) GetExclude() string {
+	if x != nil {
+		return x.Exclude
+	}
+	return ""
+}
+
+func (x *EntryOption) GetOnlyNode() string {
+	if x != nil {
+		return x.OnlyNode
+	}
+	return ""
 }
 
 // Register is the handshake a producer sends to each joined node's worker
@@ -385,7 +503,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_echopubsub_proto_msgTypes[2]
+	mi := &file_echopubsub_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +515,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[2]
+	mi := &file_echopubsub_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +528,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{2}
+	return file_echopubsub_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Register) GetProtocolVersion() uint32 {
@@ -482,7 +600,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_echopubsub_proto_msgTypes[3]
+	mi := &file_echopubsub_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +612,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[3]
+	mi := &file_echopubsub_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +625,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{3}
+	return file_echopubsub_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Expire) GetProtocolVersion() uint32 {
@@ -574,7 +692,7 @@ type BatchAck struct {
 
 func (x *BatchAck) Reset() {
 	*x = BatchAck{}
-	mi := &file_echopubsub_proto_msgTypes[4]
+	mi := &file_echopubsub_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +704,7 @@ func (x *BatchAck) String() string {
 func (*BatchAck) ProtoMessage() {}
 
 func (x *BatchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[4]
+	mi := &file_echopubsub_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +717,7 @@ func (x *BatchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchAck.ProtoReflect.Descriptor instead.
 func (*BatchAck) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{4}
+	return file_echopubsub_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BatchAck) GetStatus() AckStatus {
@@ -652,7 +770,7 @@ type RegisterAck struct {
 
 func (x *RegisterAck) Reset() {
 	*x = RegisterAck{}
-	mi := &file_echopubsub_proto_msgTypes[5]
+	mi := &file_echopubsub_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +782,7 @@ func (x *RegisterAck) String() string {
 func (*RegisterAck) ProtoMessage() {}
 
 func (x *RegisterAck) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[5]
+	mi := &file_echopubsub_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +795,7 @@ func (x *RegisterAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterAck.ProtoReflect.Descriptor instead.
 func (*RegisterAck) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{5}
+	return file_echopubsub_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterAck) GetStatus() AckStatus {
@@ -732,7 +850,7 @@ type CursorExpired struct {
 
 func (x *CursorExpired) Reset() {
 	*x = CursorExpired{}
-	mi := &file_echopubsub_proto_msgTypes[6]
+	mi := &file_echopubsub_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +862,7 @@ func (x *CursorExpired) String() string {
 func (*CursorExpired) ProtoMessage() {}
 
 func (x *CursorExpired) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[6]
+	mi := &file_echopubsub_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +875,7 @@ func (x *CursorExpired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorExpired.ProtoReflect.Descriptor instead.
 func (*CursorExpired) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{6}
+	return file_echopubsub_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CursorExpired) GetNode() string {
@@ -806,7 +924,7 @@ type Broadcast struct {
 
 func (x *Broadcast) Reset() {
 	*x = Broadcast{}
-	mi := &file_echopubsub_proto_msgTypes[7]
+	mi := &file_echopubsub_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +936,7 @@ func (x *Broadcast) String() string {
 func (*Broadcast) ProtoMessage() {}
 
 func (x *Broadcast) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[7]
+	mi := &file_echopubsub_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +949,7 @@ func (x *Broadcast) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Broadcast.ProtoReflect.Descriptor instead.
 func (*Broadcast) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{7}
+	return file_echopubsub_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Broadcast) GetTopic() string {
@@ -879,7 +997,7 @@ type BroadcastResult struct {
 
 func (x *BroadcastResult) Reset() {
 	*x = BroadcastResult{}
-	mi := &file_echopubsub_proto_msgTypes[8]
+	mi := &file_echopubsub_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1009,7 @@ func (x *BroadcastResult) String() string {
 func (*BroadcastResult) ProtoMessage() {}
 
 func (x *BroadcastResult) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[8]
+	mi := &file_echopubsub_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1022,7 @@ func (x *BroadcastResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResult.ProtoReflect.Descriptor instead.
 func (*BroadcastResult) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{8}
+	return file_echopubsub_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BroadcastResult) GetError() string {
@@ -932,7 +1050,7 @@ type BackPressure struct {
 
 func (x *BackPressure) Reset() {
 	*x = BackPressure{}
-	mi := &file_echopubsub_proto_msgTypes[9]
+	mi := &file_echopubsub_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1062,7 @@ func (x *BackPressure) String() string {
 func (*BackPressure) ProtoMessage() {}
 
 func (x *BackPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[9]
+	mi := &file_echopubsub_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1075,7 @@ func (x *BackPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackPressure.ProtoReflect.Descriptor instead.
 func (*BackPressure) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{9}
+	return file_echopubsub_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BackPressure) GetState() BackPressureState {
@@ -1016,7 +1134,7 @@ type Undecodable struct {
 
 func (x *Undecodable) Reset() {
 	*x = Undecodable{}
-	mi := &file_echopubsub_proto_msgTypes[10]
+	mi := &file_echopubsub_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1146,7 @@ func (x *Undecodable) String() string {
 func (*Undecodable) ProtoMessage() {}
 
 func (x *Undecodable) ProtoReflect() protoreflect.Message {
-	mi := &file_echopubsub_proto_msgTypes[10]
+	mi := &file_echopubsub_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1159,7 @@ func (x *Undecodable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Undecodable.ProtoReflect.Descriptor instead.
 func (*Undecodable) Descriptor() ([]byte, []int) {
-	return file_echopubsub_proto_rawDescGZIP(), []int{10}
+	return file_echopubsub_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Undecodable) GetTopic() string {
@@ -1082,7 +1200,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\fpayload_type\x18\x02 \x01(\tR\vpayloadType\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x18\n" +
 	"\aexclude\x18\x04 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x05 \x01(\tR\bonlyNode\"\x94\x02\n" +
+	"\tonly_node\x18\x05 \x01(\tR\bonlyNode\"\xdc\x03\n" +
 	"\x05Batch\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1090,8 +1208,21 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\rproducer_node\x18\x03 \x01(\tR\fproducerNode\x121\n" +
 	"\x14producer_incarnation\x18\x04 \x01(\x04R\x13producerIncarnation\x12\x14\n" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12!\n" +
-	"\ffirst_cursor\x18\x06 \x01(\x04R\vfirstCursor\x12.\n" +
-	"\aentries\x18\a \x03(\v2\x14.echopubsub.v1.EntryR\aentries\"\x8a\x02\n" +
+	"\ffirst_cursor\x18\x06 \x01(\x04R\vfirstCursor\x12\x16\n" +
+	"\x06topics\x18\b \x03(\tR\x06topics\x12#\n" +
+	"\rpayload_types\x18\t \x03(\tR\fpayloadTypes\x12\x1f\n" +
+	"\vtopic_index\x18\n" +
+	" \x03(\rR\n" +
+	"topicIndex\x12\x1d\n" +
+	"\n" +
+	"type_index\x18\v \x03(\rR\ttypeIndex\x12!\n" +
+	"\fpayload_size\x18\f \x03(\rR\vpayloadSize\x12\x1a\n" +
+	"\bpayloads\x18\r \x01(\fR\bpayloads\x124\n" +
+	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"Z\n" +
+	"\vEntryOption\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
+	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\x8a\x02\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1182,29 +1313,30 @@ func file_echopubsub_proto_rawDescGZIP() []byte {
 }
 
 var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_echopubsub_proto_goTypes = []any{
 	(AckStatus)(0),          // 0: echopubsub.v1.AckStatus
 	(Severity)(0),           // 1: echopubsub.v1.Severity
 	(BackPressureState)(0),  // 2: echopubsub.v1.BackPressureState
 	(*Entry)(nil),           // 3: echopubsub.v1.Entry
 	(*Batch)(nil),           // 4: echopubsub.v1.Batch
-	(*Register)(nil),        // 5: echopubsub.v1.Register
-	(*Expire)(nil),          // 6: echopubsub.v1.Expire
-	(*BatchAck)(nil),        // 7: echopubsub.v1.BatchAck
-	(*RegisterAck)(nil),     // 8: echopubsub.v1.RegisterAck
-	(*CursorExpired)(nil),   // 9: echopubsub.v1.CursorExpired
-	(*Broadcast)(nil),       // 10: echopubsub.v1.Broadcast
-	(*BroadcastResult)(nil), // 11: echopubsub.v1.BroadcastResult
-	(*BackPressure)(nil),    // 12: echopubsub.v1.BackPressure
-	(*Undecodable)(nil),     // 13: echopubsub.v1.Undecodable
-	(*anypb.Any)(nil),       // 14: google.protobuf.Any
+	(*EntryOption)(nil),     // 5: echopubsub.v1.EntryOption
+	(*Register)(nil),        // 6: echopubsub.v1.Register
+	(*Expire)(nil),          // 7: echopubsub.v1.Expire
+	(*BatchAck)(nil),        // 8: echopubsub.v1.BatchAck
+	(*RegisterAck)(nil),     // 9: echopubsub.v1.RegisterAck
+	(*CursorExpired)(nil),   // 10: echopubsub.v1.CursorExpired
+	(*Broadcast)(nil),       // 11: echopubsub.v1.Broadcast
+	(*BroadcastResult)(nil), // 12: echopubsub.v1.BroadcastResult
+	(*BackPressure)(nil),    // 13: echopubsub.v1.BackPressure
+	(*Undecodable)(nil),     // 14: echopubsub.v1.Undecodable
+	(*anypb.Any)(nil),       // 15: google.protobuf.Any
 }
 var file_echopubsub_proto_depIdxs = []int32{
-	3,  // 0: echopubsub.v1.Batch.entries:type_name -> echopubsub.v1.Entry
+	5,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
 	0,  // 1: echopubsub.v1.BatchAck.status:type_name -> echopubsub.v1.AckStatus
 	0,  // 2: echopubsub.v1.RegisterAck.status:type_name -> echopubsub.v1.AckStatus
-	14, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
+	15, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
 	2,  // 4: echopubsub.v1.BackPressure.state:type_name -> echopubsub.v1.BackPressureState
 	1,  // 5: echopubsub.v1.BackPressure.severity:type_name -> echopubsub.v1.Severity
 	6,  // [6:6] is the sub-list for method output_type
@@ -1225,7 +1357,7 @@ func file_echopubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_echopubsub_proto_rawDesc), len(file_echopubsub_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,121 @@
+package messages
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrBadBatch is wrapped by Batch.Validate's errors.
+var ErrBadBatch = errors.New("messages: malformed batch")
+
+// AddEntry appends e to the batch's columns. The payload bytes are copied
+// into the batch, which is then independent of e.
+func (b *Batch) AddEntry(e *Entry) {
+	b.Add(e.Topic, e.PayloadType, e.Payload, e.Exclude, e.OnlyNode)
+}
+
+// Add appends one entry to the batch's columns.
+func (b *Batch) Add(topic, payloadType string, payload []byte, exclude, onlyNode string) {
+	i := uint32(len(b.PayloadSize))
+	b.TopicIndex = append(b.TopicIndex, intern(&b.Topics, topic))
+	b.TypeIndex = append(b.TypeIndex, intern(&b.PayloadTypes, payloadType))
+	b.PayloadSize = append(b.PayloadSize, uint32(len(payload)))
+	b.Payloads = append(b.Payloads, payload...)
+	if exclude != "" || onlyNode != "" {
+		b.Options = append(b.Options, &EntryOption{Index: i, Exclude: exclude, OnlyNode: onlyNode})
+	}
+}
+
+// intern returns name's index in *table, appending it if new. Batches hold
+// few distinct names, and the last one is the usual hit.
+func intern(table *[]string, name string) uint32 {
+	t := *table
+	if n := len(t); n > 0 && t[n-1] == name {
+		return uint32(n - 1)
+	}
+	for i, s := range t {
+		if s == name {
+			return uint32(i)
+		}
+	}
+	*table = append(t, name)
+	return uint32(len(t))
+}
+
+// Len is the number of entries in the batch.
+func (b *Batch) Len() int { return len(b.PayloadSize) }
+
+// Validate checks that the columns agree: every index in range, payload
+// sizes adding up, options naming existing entries in order, and the cursor
+// range not overflowing. A batch from a peer is validated before use.
+func (b *Batch) Validate() error {
+	n := len(b.PayloadSize)
+	if len(b.TopicIndex) != n || len(b.TypeIndex) != n {
+		return fmt.Errorf("%w: %d payload sizes, %d topic indexes, %d type indexes", ErrBadBatch, n, len(b.TopicIndex), len(b.TypeIndex))
+	}
+	if b.FirstCursor+uint64(n) < b.FirstCursor {
+		return fmt.Errorf("%w: cursor range overflows: first %d, %d entries", ErrBadBatch, b.FirstCursor, n)
+	}
+	var total uint64
+	for i := 0; i < n; i++ {
+		if int(b.TopicIndex[i]) >= len(b.Topics) || int(b.TypeIndex[i]) >= len(b.PayloadTypes) {
+			return fmt.Errorf("%w: entry %d names topic %d of %d, type %d of %d", ErrBadBatch, i, b.TopicIndex[i], len(b.Topics), b.TypeIndex[i], len(b.PayloadTypes))
+		}
+		total += uint64(b.PayloadSize[i])
+	}
+	if total != uint64(len(b.Payloads)) {
+		return fmt.Errorf("%w: payload sizes add up to %d, payloads hold %d bytes", ErrBadBatch, total, len(b.Payloads))
+	}
+	last := -1
+	for _, o := range b.Options {
+		if o == nil || int(o.Index) >= n || int(o.Index) <= last {
+			return fmt.Errorf("%w: entry options out of range or order", ErrBadBatch)
+		}
+		last = int(o.Index)
+	}
+	return nil
+}
+
+// Cursor walks a validated batch entry by entry without allocating.
+type Cursor struct {
+	b      *Batch
+	i, off int
+	opt    int
+}
+
+// Entries returns a Cursor at the batch's first entry. Validate first.
+func (b *Batch) Entries() Cursor { return Cursor{b: b} }
+
+// Next returns the next entry's fields; ok is false after the last one.
+// payload aliases the batch's bytes.
+func (c *Cursor) Next() (topic string, typeIndex uint32, payload []byte, exclude, onlyNode string, ok bool) {
+	b := c.b
+	if c.i >= len(b.PayloadSize) {
+		return "", 0, nil, "", "", false
+	}
+	size := int(b.PayloadSize[c.i])
+	payload = b.Payloads[c.off : c.off+size : c.off+size]
+	topic, typeIndex = b.Topics[b.TopicIndex[c.i]], b.TypeIndex[c.i]
+	if c.opt < len(b.Options) && int(b.Options[c.opt].Index) == c.i {
+		exclude, onlyNode = b.Options[c.opt].Exclude, b.Options[c.opt].OnlyNode
+		c.opt++
+	}
+	c.i++
+	c.off += size
+	return topic, typeIndex, payload, exclude, onlyNode, true
+}
+
+// Entry returns entry i as a value (tests and tools; the hot path uses
+// Entries). The batch must be valid.
+func (b *Batch) Entry(i int) *Entry {
+	c := b.Entries()
+	for j := 0; ; j++ {
+		topic, ti, payload, exclude, only, ok := c.Next()
+		if !ok {
+			return nil
+		}
+		if j == i {
+			return &Entry{Topic: topic, PayloadType: b.PayloadTypes[ti], Payload: payload, Exclude: exclude, OnlyNode: only}
+		}
+	}
+}

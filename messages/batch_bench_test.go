@@ -1,0 +1,114 @@
+package messages_test
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/test/testpb"
+)
+
+// batchSizes are the shapes of issue 8: a full batch (MaxBatchMessages
+// 10,000) of 10 B and 200 B payloads.
+var batchSizes = []struct{ entries, payload int }{{10_000, 10}, {10_000, 200}}
+
+func benchEntries(n, size int) []*messages.Entry {
+	es := make([]*messages.Entry, n)
+	for i := range es {
+		p := make([]byte, size)
+		for j := range p {
+			p[j] = byte(i + j)
+		}
+		es[i] = &messages.Entry{Topic: "bench", PayloadType: "echopubsub.test.v1.Stamp", Payload: p}
+	}
+	return es
+}
+
+func benchBatch(es []*messages.Entry) *messages.Batch {
+	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: "bench", ProducerNode: "127.0.0.1:7000",
+		ProducerIncarnation: 1, FirstCursor: 1}
+	for _, e := range es {
+		b.AddEntry(e)
+	}
+	return b
+}
+
+// BenchmarkBatchEncode is what a producer does per flush and peer: build the
+// Batch from buffered entries and marshal it (protoactor marshals it again
+// per send; this is the same proto.Marshal).
+func BenchmarkBatchEncode(b *testing.B) {
+	for _, sz := range batchSizes {
+		b.Run(fmt.Sprintf("entries=%d/payload=%dB", sz.entries, sz.payload), func(b *testing.B) {
+			es := benchEntries(sz.entries, sz.payload)
+			var wire int
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				buf, err := proto.Marshal(benchBatch(es))
+				if err != nil {
+					b.Fatal(err)
+				}
+				wire = len(buf)
+			}
+			b.StopTimer()
+			secs := b.Elapsed().Seconds()
+			b.ReportMetric(float64(sz.entries)*float64(b.N)/secs, "entries/s")
+			b.ReportMetric(float64(wire)/float64(sz.entries), "wire-B/entry")
+			b.SetBytes(int64(wire))
+		})
+	}
+}
+
+// BenchmarkBatchDecode is what a receiving node does per batch before
+// dispatch: unmarshal, validate, walk every entry.
+func BenchmarkBatchDecode(b *testing.B) {
+	for _, sz := range batchSizes {
+		b.Run(fmt.Sprintf("entries=%d/payload=%dB", sz.entries, sz.payload), func(b *testing.B) {
+			buf, err := proto.Marshal(benchBatch(benchEntries(sz.entries, sz.payload)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(buf)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var m messages.Batch
+				if err := proto.Unmarshal(buf, &m); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Validate(); err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for c := m.Entries(); ; n++ {
+					if _, _, _, _, _, ok := c.Next(); !ok {
+						break
+					}
+				}
+				if n != sz.entries {
+					b.Fatalf("walked %d entries", n)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(sz.entries)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+		})
+	}
+}
+
+// BenchmarkPayloadDecode is the per-message decode a receiving node does
+// once per entry whose topic has a local subscriber (a 10 B Stamp).
+func BenchmarkPayloadDecode(b *testing.B) {
+	typ, payload, err := messages.Encode(&testpb.Stamp{Seq: 1 << 48, Pad: make([]byte, 10)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := messages.Decode(typ, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decodes/s")
+}
