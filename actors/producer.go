@@ -180,11 +180,19 @@ func (p *producer) Receive(ctx actor.Context) {
 }
 
 // armFlush schedules one flush after BatchInterval, unless one is pending.
+// With BatchInterval 0 the flush is a message to self: it runs after the
+// writes already queued in the mailbox, so they coalesce into one batch
+// instead of each costing a round trip, and adds no delay when idle.
 func (p *producer) armFlush(ctx actor.Context) {
-	if !p.timer {
-		p.timer = true
-		p.flushCancel = p.sched.SendOnce(p.cfg.BatchInterval, ctx.Self(), &flushTick{})
+	if p.timer {
+		return
 	}
+	p.timer = true
+	if p.cfg.BatchInterval == 0 {
+		ctx.Send(ctx.Self(), &flushTick{})
+		return
+	}
+	p.flushCancel = p.sched.SendOnce(p.cfg.BatchInterval, ctx.Self(), &flushTick{})
 }
 
 // stopTimers cancels every pending timer, so none fires into a stopped or
@@ -217,11 +225,7 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
 			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
-	if p.cfg.BatchInterval == 0 {
-		p.flushAll(ctx)
-	} else {
-		p.armFlush(ctx)
-	}
+	p.armFlush(ctx)
 }
 
 func (p *producer) flushAll(ctx actor.Context) {
@@ -282,7 +286,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		if target > pe.next {
 			pe.next = target
 		}
-		if capped || p.cfg.BatchInterval == 0 {
+		if capped {
 			p.service(ctx, pe)
 		} else if pe.next < p.ring.WriteCursor() {
 			p.armFlush(ctx)
