@@ -44,6 +44,7 @@ var (
 	ErrStopped      = actors.ErrStopped
 	ErrUnmeasurable = actors.ErrUnmeasurable
 	ErrNotLocal     = actors.ErrNotLocal
+	ErrTooLarge     = actors.ErrTooLarge
 	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
 	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
 )
@@ -84,12 +85,7 @@ func WithMetadata() SubscribeOption { return func(o *actors.SubOptions) { o.Meta
 // WithMaxQueueLen bounds this subscriber's queue at n messages instead of
 // Config.MaxQueueLen. Any n > 0 is accepted.
 func WithMaxQueueLen(n int) SubscribeOption {
-	return func(o *actors.SubOptions) {
-		o.MaxQueueLen = n
-		if n == 0 {
-			o.MaxQueueLen = -1 // an explicit 0 is invalid, not "default"
-		}
-	}
+	return func(o *actors.SubOptions) { o.MaxQueueLen, o.MaxQueueLenSet = n, true }
 }
 
 // WithUnboundedQueue is the explicit opt-in for a subscriber whose mailbox
@@ -123,7 +119,10 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, ErrRemoteNotStarted
 	}
 	o := options{}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("echopubsub: Start option %d is nil", i)
+		}
 		opt(&o)
 	}
 	log := zlog.Logger
@@ -198,7 +197,11 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 	if pid == nil {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
 	}
-	return ps.ask(&actors.Subscribe{PID: pid, Topic: topic, Opts: subOpts(opts)})
+	o, err := subOpts(opts)
+	if err != nil {
+		return err
+	}
+	return ps.ask(&actors.Subscribe{PID: pid, Topic: topic, Opts: o})
 }
 
 // SubscribeNamed subscribes the actor registered under name on this node,
@@ -209,7 +212,11 @@ func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) er
 	if name == "" {
 		return fmt.Errorf("echopubsub: subscriber name is empty")
 	}
-	return ps.ask(&actors.Subscribe{Name: name, Topic: topic, Opts: subOpts(opts)})
+	o, err := subOpts(opts)
+	if err != nil {
+		return err
+	}
+	return ps.ask(&actors.Subscribe{Name: name, Topic: topic, Opts: o})
 }
 
 // Unsubscribe removes every subscription of pid to topic.
@@ -238,12 +245,15 @@ func (ps *PubSub) SetNoticeSubscriber(pid *actor.PID) error {
 	return ps.ask(&actors.SetNotices{PID: pid})
 }
 
-func subOpts(opts []SubscribeOption) actors.SubOptions {
+func subOpts(opts []SubscribeOption) (actors.SubOptions, error) {
 	var o actors.SubOptions
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("echopubsub: subscribe option %d is nil", i)
+		}
 		opt(&o)
 	}
-	return o
+	return o, nil
 }
 
 func (ps *PubSub) ask(req interface{}) error {
@@ -269,12 +279,15 @@ func (ps *PubSub) stopped() bool {
 	}
 }
 
-func entry(topic string, msg proto.Message) (actors.Entry, error) {
+func (ps *PubSub) entry(topic string, msg proto.Message) (actors.Entry, error) {
 	if topic == "" {
 		return actors.Entry{}, fmt.Errorf("echopubsub: topic must not be empty")
 	}
 	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
+		return actors.Entry{}, err
+	}
+	if err := ps.rt.CheckSize(len(topic), len(payload)); err != nil {
 		return actors.Entry{}, err
 	}
 	return actors.Entry{Topic: topic, PayloadType: typeName, Payload: payload}, nil
@@ -287,7 +300,7 @@ func entry(topic string, msg proto.Message) (actors.Entry, error) {
 // be nil) picks the producer: one sender always hits the same one. This
 // node's subscribers receive msg itself: do not modify it afterwards.
 func (ps *PubSub) Broadcast(from *actor.PID, topic string, msg proto.Message) error {
-	e, err := entry(topic, msg)
+	e, err := ps.entry(topic, msg)
 	if err != nil {
 		return err
 	}
@@ -299,7 +312,7 @@ func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message
 	if from == nil {
 		return fmt.Errorf("echopubsub: BroadcastFrom needs a sender PID")
 	}
-	e, err := entry(topic, msg)
+	e, err := ps.entry(topic, msg)
 	if err != nil {
 		return err
 	}
@@ -313,7 +326,7 @@ func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
 	if ps.stopped() {
 		return ErrStopped
 	}
-	e, err := entry(topic, msg)
+	e, err := ps.entry(topic, msg)
 	if err != nil {
 		return err
 	}
@@ -328,7 +341,7 @@ func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
 	if node == "" {
 		return fmt.Errorf("echopubsub: DirectBroadcast needs a node name")
 	}
-	e, err := entry(topic, msg)
+	e, err := ps.entry(topic, msg)
 	if err != nil {
 		return err
 	}
@@ -339,6 +352,12 @@ func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
 // Stats asks every producer of this node for its view: write cursor and,
 // per node, read cursor and lag.
 func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("echopubsub: Stats needs a context, got nil")
+	}
+	if ps.stopped() {
+		return nil, ErrStopped
+	}
 	var out []GroupStats
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
 		timeout := ps.rt.Cfg.CallTimeout
@@ -363,6 +382,9 @@ func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
 // acknowledged them, as in the original). It is idempotent; it does not stop
 // the actor system or its remote, which belong to the caller.
 func (ps *PubSub) Stop(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("echopubsub: Stop needs a context, got nil")
+	}
 	ps.stopOnce.Do(func() {
 		ps.rt.Close()
 		var errs []error

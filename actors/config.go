@@ -60,6 +60,11 @@ type Config struct {
 	ForgetAfter time.Duration
 }
 
+// MaxBatchBytesLimit is the largest MaxBatchBytes: half of the 64 MiB gRPC
+// frame limit that RemoteConfig sets on both sides, leaving room for the
+// framing of protoactor's envelope around a batch.
+const MaxBatchBytesLimit = 32 << 20
+
 // DefaultConfig returns the defaults of the Elixir EchoPubSub for name.
 func DefaultConfig(name string) Config {
 	return Config{
@@ -100,6 +105,9 @@ func (c Config) Validate() error {
 		if f.v <= 0 {
 			return fmt.Errorf("echopubsub: config %s must be > 0, got %d", f.name, f.v)
 		}
+	}
+	if c.MaxBatchBytes > MaxBatchBytesLimit {
+		return fmt.Errorf("echopubsub: config MaxBatchBytes must be <= %d (half the gRPC frame limit RemoteConfig sets), got %d", MaxBatchBytesLimit, c.MaxBatchBytes)
 	}
 	if c.PoolSize > 1024 {
 		return fmt.Errorf("echopubsub: config PoolSize must be <= 1024, got %d", c.PoolSize)

@@ -20,8 +20,9 @@ var (
 type SubOptions struct {
 	// Meta: deliver *messages.Delivery (message + metadata).
 	Meta bool
-	// MaxQueueLen overrides Config.MaxQueueLen when > 0.
-	MaxQueueLen int
+	// MaxQueueLen overrides Config.MaxQueueLen when MaxQueueLenSet.
+	MaxQueueLen    int
+	MaxQueueLenSet bool
 	// Unbounded: an explicit opt-in to a subscriber whose queue is not
 	// measured and never bounded.
 	Unbounded bool
@@ -89,10 +90,10 @@ func (r *registry) subscribe(ctx actor.Context, m *Subscribe) error {
 		return fmt.Errorf("echopubsub: topic must not be empty")
 	}
 	bound := r.defaultMax
-	if m.Opts.MaxQueueLen < 0 {
-		return fmt.Errorf("echopubsub: MaxQueueLen must be > 0, got %d", m.Opts.MaxQueueLen)
-	}
-	if m.Opts.MaxQueueLen > 0 {
+	if m.Opts.MaxQueueLenSet {
+		if m.Opts.MaxQueueLen <= 0 {
+			return fmt.Errorf("echopubsub: MaxQueueLen must be > 0, got %d", m.Opts.MaxQueueLen)
+		}
 		bound = m.Opts.MaxQueueLen
 	}
 	var key string

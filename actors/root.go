@@ -62,7 +62,7 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHo
 func (rt *Runtime) RootProps() *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &root{rt: rt, members: map[string]cluster.Member{}}
-	}, actor.WithSupervisor(supervision.OneForOne()))
+	}, actor.WithSupervisor(supervision.OneForOne()), supervision.IgnorePoisonPill())
 }
 
 // RootPID, RegistryPID and ProducerPID are the fixed local PIDs of the tree.
@@ -100,22 +100,22 @@ func (r *root) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		rt := r.rt
-		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(newRegistry(rt.Dispatcher, rt.Cfg.MaxQueueLen)), "registry"); err != nil {
+		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(newRegistry(rt.Dispatcher, rt.Cfg.MaxQueueLen), supervision.IgnorePoisonPill()), "registry"); err != nil {
 			rt.Log.Error().Err(err).Msg("spawn registry")
 		}
 		for g := 0; g < rt.Cfg.PoolSize; g++ {
 			group := uint32(g)
 			props := supervision.Props(
 				supervision.Child{Name: "producer", Props: actor.PropsFromProducer(
-					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Log))},
+					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
 				supervision.Child{Name: "worker", Props: actor.PropsFromProducer(
-					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Dispatcher, rt.Hook, rt.Log))},
+					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Dispatcher, rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
 			)
 			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
 				rt.Log.Error().Err(err).Msg("spawn pool group")
 			}
 		}
-	case *actor.Stopping:
+	case *actor.Stopping, *actor.Restarting:
 		r.stopping = true
 	case *actor.Terminated:
 		if !r.stopping && strings.HasPrefix(m.Who.Id, ctx.Self().Id+"/") {
@@ -170,11 +170,23 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 	if m.ExcludeSender && from != nil {
 		e.Exclude = pidKey(from)
 	}
+	if err := r.rt.CheckSize(len(e.Topic), len(e.Payload)); err != nil {
+		return err
+	}
 	if m.Local {
 		r.rt.LocalDeliver(e, nil)
 		return nil
 	}
 	return r.rt.Enqueue(from, e, nil)
+}
+
+// CheckSize rejects a message that could never be sent: one entry must fit
+// in one batch (Config.MaxBatchBytes), or it would be retried forever.
+func (rt *Runtime) CheckSize(topic, payload int) error {
+	if n := topic + payload; n > rt.Cfg.MaxBatchBytes {
+		return fmt.Errorf("%w: %d bytes of topic and payload, MaxBatchBytes is %d", ErrTooLarge, n, rt.Cfg.MaxBatchBytes)
+	}
+	return nil
 }
 
 // Errors of Enqueue.
@@ -183,6 +195,8 @@ var (
 	ErrBusy = errors.New("echopubsub: producer busy: no room within CallTimeout")
 	// ErrStopped: the pubsub was stopped.
 	ErrStopped = errors.New("echopubsub: stopped")
+	// ErrTooLarge: one message exceeds Config.MaxBatchBytes.
+	ErrTooLarge = errors.New("echopubsub: message too large")
 )
 
 // Enqueue sends one write to the sender's producer, waiting up to

@@ -60,7 +60,23 @@ type Child struct {
 func Props(children ...Child) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &supervisor{children: children}
-	}, actor.WithSupervisor(OneForOne()))
+	}, actor.WithSupervisor(OneForOne()), IgnorePoisonPill())
+}
+
+// IgnorePoisonPill makes an actor ignore protoactor's PoisonPill message.
+// The tree's actors have well-known names so that peers can reach them, and
+// any peer could otherwise stop one with a PoisonPill; they are stopped
+// through their supervisor (a system Stop), which this does not affect.
+func IgnorePoisonPill() actor.PropsOption {
+	return actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if _, ok := env.Message.(*actor.PoisonPill); ok {
+				ctx.Logger().Warn("echopubsub: ignored a PoisonPill sent to a supervised actor", "actor", ctx.Self().Id, "sender", env.Sender)
+				return
+			}
+			next(ctx, env)
+		}
+	})
 }
 
 type supervisor struct {
@@ -77,7 +93,8 @@ func (s *supervisor) Receive(ctx actor.Context) {
 				return
 			}
 		}
-	case *actor.Stopping:
+	case *actor.Stopping, *actor.Restarting:
+		// Children stop while we stop or restart: that is not a failure.
 		s.stopping = true
 	case *actor.Terminated:
 		if !s.stopping && m.Who.Address == ctx.Self().Address && len(m.Who.Id) > len(ctx.Self().Id) {
