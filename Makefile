@@ -10,7 +10,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 test: deps
 	ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -p 1 -timeout 30m ./...
 
 deps:
 	@.ci/deps >/dev/null
