@@ -119,17 +119,25 @@ func TestNewJoinerGetsOnlyLaterMessages(t *testing.T) {
 		addrs = append(addrs, system.Address())
 	}
 	static := func() echopubsub.Option { return echopubsub.WithMembership(cluster.NewStatic(addrs...)) }
+	// No registration with node 2 is in flight while 1..3 are written
+	// (one sent before could otherwise arrive just after node 2 starts).
+	nodes[0].Faults.Cut(nodes[2].Addr)
 	nodes[0].Start(t, cfg, static())
 	nodes[1].Start(t, cfg, static())
 	waitJoined(t, nodes[:2])
 	for i := uint64(1); i <= 3; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
+	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == 3 }, test.Sprintf("written"))
 	nodes[2].Start(t, cfg, static())
-	c := nodes[2].Subscribe(t, "match")
+	nodes[0].Faults.HealAll()
 	waitJoined(t, nodes)
+	c := nodes[2].Subscribe(t, "match")
 	nodes[0].Broadcast(t, "match", stamp(4))
 	wantStamps(t, c, 4)
+	if n := test.Count[*messages.CursorExpired](c); n != 0 {
+		t.Fatalf("a subscriber that came after the join was told CursorExpired: %s", c.Describe())
+	}
 }
 
 func TestCursorExpiredAfterElevenMessagesWithBufferTen(t *testing.T) {
@@ -330,4 +338,31 @@ func TestCapacityWarning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node counts as joined from its first successful registration. Writes a
+// producer made while it was still trying to reach the node are not
+// replayed, but a subscriber already there is told, never left with a
+// silent gap.
+func TestWritesBeforeJoinAreToldNotSkippedSilently(t *testing.T) {
+	cfg := fastConfig()
+	log := test.Logger(t, zerolog.InfoLevel)
+	var nodes []*test.Node
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		system, r := test.StartRemote(t, log)
+		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
+		addrs = append(addrs, system.Address())
+	}
+	nodes[0].Faults.Cut(nodes[1].Addr) // node 0 cannot reach node 1 yet
+	for _, nd := range nodes {
+		nd.Start(t, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)))
+	}
+	c := nodes[1].Subscribe(t, "match")
+	nodes[0].Broadcast(t, "match", stamp(1)) // written while node 1 is being reached
+	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == 1 }, test.Sprintf("written"))
+	test.Heal(nodes)
+	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](c) == 1 }, c.Describe)
+	nodes[0].Broadcast(t, "match", stamp(2))
+	wantStamps(t, c, 2)
 }

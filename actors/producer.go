@@ -83,6 +83,7 @@ type peer struct {
 	registered bool   // handshake done for this producer incarnation
 	ever       bool   // ever registered: next is a real cursor, not a seed
 	missed     bool   // forgotten once and missed writes: tell it on register
+	since      uint64 // write cursor when this producer started to reach the node
 	inFlight   bool
 	retrying   bool
 	absent     bool
@@ -346,8 +347,15 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 }
 
 func (p *producer) register(ctx actor.Context, pe *peer) {
-	if !pe.ever { // a new joiner is seeded at the write cursor: no backlog
+	if !pe.ever {
+		// A node counts as joined from its first successful registration and
+		// is seeded at the write cursor then: no backlog. If writes happened
+		// while we were trying to reach it, its subscribers (if it already
+		// has any) may have missed them: say so, rather than skip silently.
 		pe.next = p.ring.WriteCursor()
+		if pe.since < pe.next {
+			pe.missed = true
+		}
 	}
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, NextCursor: pe.next, MissedWrites: pe.missed}
@@ -448,7 +456,8 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 			_, missed := p.forgotten[m.Name]
 			missed = missed && p.forgotten[m.Name] < p.ring.WriteCursor()
 			delete(p.forgotten, m.Name)
-			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group)), missed: missed}
+			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group)), missed: missed,
+				since: p.ring.WriteCursor()}
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {

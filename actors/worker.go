@@ -113,13 +113,13 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		k = &known{incarnation: m.ProducerIncarnation, expected: m.NextCursor}
 		w.table.producers[m.ProducerNode] = k
 		if m.MissedWrites {
-			w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "node was forgotten and missed writes"})
+			w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "writes made while this node was being reached were not replayed"})
 		}
 	case k.incarnation != m.ProducerIncarnation:
 		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
 		k.incarnation, k.expected = m.ProducerIncarnation, m.NextCursor
 	case m.MissedWrites:
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "node was forgotten and missed writes"})
+		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "writes made while this node was away were not replayed"})
 		k.expected = m.NextCursor
 	case m.NextCursor > k.expected:
 		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "producer skipped messages"})

@@ -135,6 +135,36 @@ func (nd *Node) NodeStats(t testing.TB, addr string) echopubsub.NodeStats {
 	return echopubsub.NodeStats{Node: addr}
 }
 
+// WaitJoined waits until every producer (every pool group) of every node
+// registered with every other node: a node counts as joined from its first
+// successful registration.
+func WaitJoined(t testing.TB, nodes []*Node) {
+	t.Helper()
+	joined := func(nd *Node) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		groups, err := nd.PS.Stats(ctx)
+		if err != nil {
+			return false
+		}
+		for _, g := range groups {
+			for _, other := range nodes {
+				found := false
+				for _, ns := range g.Nodes {
+					found = found || (ns.Node == other.Addr && ns.Registered)
+				}
+				if !found {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for _, nd := range nodes {
+		Eventually(t, 15*time.Second, func() bool { return joined(nd) }, Sprintf("%s registered with every node", nd.Addr))
+	}
+}
+
 // Partition cuts node i off from every other node, in both directions, on
 // the send and receive path (a fault hook, not the network).
 func Partition(nodes []*Node, i int) {
