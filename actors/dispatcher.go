@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -20,9 +21,15 @@ import (
 // LocalBroadcast. Those run on different goroutines, so the subscription
 // table is published as an immutable snapshot: the registry actor is its
 // only writer and swaps in a new copy on every change; readers load it with
-// one atomic read and never lock. The one mutable field per subscriber is
-// its dropping flag, an atomic, so each transition yields exactly one notice
-// however many deliverers race.
+// one atomic read and never lock the table.
+//
+// The one mutable state per subscriber is whether it is being dropped for.
+// Its check, its transition, the transition's notice and the send happen
+// under the subscriber's own mutex: otherwise a deliverer could drop a
+// message relying on a DROPPING notice that another deliverer has decided
+// on but not yet enqueued, and a third could resume and deliver past the
+// hole first, which the subscriber would see as a silent gap. The mutex is
+// per subscriber, so deliveries to different subscribers never contend.
 type Dispatcher struct {
 	system *actor.ActorSystem
 	node   string
@@ -44,8 +51,10 @@ type subscriber struct {
 	named     bool
 	mb        *countingMailbox // nil for a name or an unbounded opt-in
 	unbounded bool
-	dropping  atomic.Bool
 	warned    atomic.Bool
+
+	mu       sync.Mutex // orders check, transition, notice and send (see Dispatcher)
+	dropping bool       // guarded by mu
 }
 
 type subscription struct {
@@ -131,17 +140,24 @@ func (d *Dispatcher) send(s *subscription, m interface{}) {
 	if pid == nil {
 		return
 	}
-	if mb != nil {
-		n := mb.UserMessageCount()
-		if n >= s.bound {
-			if s.sub.dropping.CompareAndSwap(false, true) {
-				d.notice(pid, s, messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING, n)
-			}
-			return
+	if mb == nil { // unbounded (explicit opt-in)
+		d.system.Root.Send(pid, m)
+		return
+	}
+	sub := s.sub
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	n := mb.UserMessageCount()
+	if n >= s.bound {
+		if !sub.dropping {
+			sub.dropping = true
+			d.notice(pid, s, messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING, n)
 		}
-		if s.sub.dropping.CompareAndSwap(true, false) {
-			d.notice(pid, s, messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED, n)
-		}
+		return
+	}
+	if sub.dropping {
+		sub.dropping = false
+		d.notice(pid, s, messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED, n)
 	}
 	d.system.Root.Send(pid, m)
 }
@@ -158,12 +174,12 @@ func (d *Dispatcher) notice(pid *actor.PID, s *subscription, state messages.Back
 	}
 	n := &messages.BackPressure{State: state, Severity: sev, Subscriber: s.sub.key,
 		Bound: uint32(s.bound), QueueLen: uint64(queued), Node: d.node}
-	ev.Str("subscriber", s.sub.key).Int("bound", s.bound).Int("queue_len", queued).
-		Str("state", state.String()).Msg("subscriber back-pressure")
 	d.system.Root.Send(pid, n)
 	if notices := d.table.Load().notices; notices != nil && !notices.Equal(pid) {
 		d.system.Root.Send(notices, n)
 	}
+	ev.Str("subscriber", s.sub.key).Int("bound", s.bound).Int("queue_len", queued).
+		Str("state", state.String()).Msg("subscriber back-pressure")
 }
 
 // Expired tells every local subscriber that messages from producer
