@@ -1,0 +1,431 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/test"
+	"github.com/echopubsub/echopubsub/test/chaos"
+	"github.com/echopubsub/echopubsub/test/testpb"
+)
+
+type nodeFlags struct {
+	name, listen, advertise, peers, level string
+	incarnation, buffer, pool             int
+	batch, callTimeout, retry             time.Duration
+}
+
+// crashHook is the node's FaultHook: armed by the "crash" command, it panics
+// once inside the producer (Send runs on the producer's goroutine) or the
+// worker (Receive runs on the worker's), and the supervision tree restarts
+// that actor.
+type crashHook struct {
+	producer, worker atomic.Bool
+	producerN        atomic.Int64 // crashes injected
+	workerN          atomic.Int64
+	log              zerolog.Logger
+}
+
+func (h *crashHook) Send(node string, _ proto.Message) error {
+	if h.producer.CompareAndSwap(true, false) {
+		h.producerN.Add(1)
+		h.log.Warn().Str("peer", node).Msg("chaos: crashing the producer")
+		panic("chaos: injected producer crash")
+	}
+	return nil
+}
+
+func (h *crashHook) Receive(from string, _ proto.Message) error {
+	if h.worker.CompareAndSwap(true, false) {
+		h.workerN.Add(1)
+		h.log.Warn().Str("producer", from).Msg("chaos: crashing the worker")
+		panic("chaos: injected worker crash")
+	}
+	return nil
+}
+
+func (h *crashHook) Delivered(string, uint64)    {}
+func (h *crashHook) Acked(string, proto.Message) {}
+
+type publisher struct {
+	name   string
+	from   *actor.PID
+	last   atomic.Uint64
+	node   string
+	group  atomic.Int64 // learnt from the first local Delivery; -1 unknown
+	skip   atomic.Bool  // skip the next sequence number (OpSkip)
+	cancel chan struct{}
+	done   chan struct{}
+}
+
+type node struct {
+	cfg    nodeFlags
+	ps     *echopubsub.PubSub
+	system *actor.ActorSystem
+	log    zerolog.Logger
+	hook   *crashHook
+	check  *test.Checker
+
+	out   *json.Encoder
+	outMu sync.Mutex
+
+	mu   sync.Mutex
+	pubs []*publisher
+	subs int
+}
+
+func (n *node) emit(ev chaos.Event) {
+	n.outMu.Lock()
+	defer n.outMu.Unlock()
+	_ = n.out.Encode(ev) // a closed stdout means the harness is gone; nothing to do
+}
+
+func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) error {
+	lvl, err := zerolog.ParseLevel(cfg.level)
+	if err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("chaos_node", cfg.name).Logger()
+	host, portStr, err := net.SplitHostPort(cfg.listen)
+	if err != nil {
+		return fmt.Errorf("-listen %q: %w", cfg.listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("-listen %q: port: %w", cfg.listen, err)
+	}
+	if cfg.advertise == "" {
+		cfg.advertise = cfg.listen
+	}
+	peers := strings.Split(cfg.peers, ",")
+	if cfg.peers == "" {
+		peers = []string{cfg.advertise}
+	}
+
+	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.WarnLevel)))
+	r := remote.NewRemote(system, echopubsub.RemoteConfig(host, port, log, remote.WithAdvertisedHost(cfg.advertise)))
+	r.Start()
+	defer func() {
+		r.Shutdown(false)
+		system.Shutdown()
+	}()
+
+	pcfg := echopubsub.DefaultConfig("chaos")
+	pcfg.BufferSize, pcfg.PoolSize = cfg.buffer, cfg.pool
+	if cfg.batch > 0 {
+		pcfg.BatchInterval = cfg.batch
+	}
+	if cfg.callTimeout > 0 {
+		pcfg.CallTimeout = cfg.callTimeout
+	}
+	if cfg.retry > 0 {
+		pcfg.RetryInterval = cfg.retry
+	}
+	hook := &crashHook{log: log}
+	ps, err := echopubsub.Start(system, pcfg, echopubsub.WithLogger(log),
+		echopubsub.WithMembership(cluster.NewStatic(peers...)), echopubsub.WithFaultHook(hook))
+	if err != nil {
+		return err
+	}
+	n := &node{cfg: cfg, ps: ps, system: system, log: log, hook: hook, check: test.NewChecker(), out: json.NewEncoder(out)}
+	n.check.OnViolation = func(v test.Violation) {
+		log.Error().Str("violation", v.String()).Msg("chaos: guarantee violated")
+		n.emit(chaos.Event{Ev: "violation", Violation: &v})
+	}
+	n.emit(chaos.Event{Ev: "ready", Addr: system.Address()})
+
+	cmds := make(chan chaos.Command)
+	go func() { // ends when stdin closes (the harness went away)
+		defer close(cmds)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var c chaos.Command
+			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+				n.emit(chaos.Event{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", sc.Text(), err)})
+				continue
+			}
+			cmds <- c
+		}
+	}()
+	tick := time.NewTicker(chaos.StatusEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sig:
+			return n.stop()
+		case <-tick.C:
+			n.emit(n.status(false))
+		case c, ok := <-cmds:
+			if !ok || c.Op == chaos.OpQuit {
+				err := n.stop()
+				if ok {
+					n.emit(chaos.Event{Ev: "reply", ID: c.ID})
+				}
+				return err
+			}
+			ev := n.handle(c)
+			ev.Ev, ev.ID = "reply", c.ID
+			n.emit(ev)
+		}
+	}
+}
+
+func (n *node) stop() error {
+	n.stopPublishers()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.ps.Stop(ctx)
+}
+
+func (n *node) handle(c chaos.Command) chaos.Event {
+	switch c.Op {
+	case chaos.OpSubscribe:
+		for i := 0; i < c.Count; i++ {
+			if err := n.subscribe(c.Late, c.Bound, time.Duration(c.SlowMicros)*time.Microsecond); err != nil {
+				return chaos.Event{Err: err.Error()}
+			}
+		}
+		return chaos.Event{}
+	case chaos.OpPublish:
+		if c.Rate <= 0 || c.Publishers <= 0 {
+			return chaos.Event{Err: fmt.Sprintf("publish needs publishers > 0 and rate > 0, got %d and %d", c.Publishers, c.Rate)}
+		}
+		for i := 0; i < c.Publishers; i++ {
+			n.startPublisher(c.Rate, c.Pad)
+		}
+		return chaos.Event{}
+	case chaos.OpStopPublish:
+		n.stopPublishers()
+		return chaos.Event{Pubs: n.pubInfo()}
+	case chaos.OpStatus:
+		return n.status(true)
+	case chaos.OpBehind:
+		b := 0
+		for _, p := range c.Sent {
+			b += n.check.Behind(p.Name, p.Last)
+		}
+		return chaos.Event{Behind: b}
+	case chaos.OpFinish:
+		for _, p := range c.Sent {
+			n.check.Finish(p.Name, p.Node, p.Group, p.Last)
+		}
+		r := n.check.Report()
+		return chaos.Event{Report: &r}
+	case chaos.OpSkip:
+		n.mu.Lock()
+		for _, p := range n.pubs {
+			p.skip.Store(true)
+		}
+		n.mu.Unlock()
+		return chaos.Event{}
+	case chaos.OpCrash:
+		switch c.What {
+		case "producer":
+			n.hook.producer.Store(true)
+		case "worker":
+			n.hook.worker.Store(true)
+		default:
+			return chaos.Event{Err: fmt.Sprintf("crash: want producer or worker, got %q", c.What)}
+		}
+		return chaos.Event{}
+	}
+	return chaos.Event{Err: fmt.Sprintf("unknown op %q", c.Op)}
+}
+
+// subscribe spawns one collector that feeds the node's checker; with
+// slow > 0 it spends that long on each message, bounded at bound.
+func (n *node) subscribe(late bool, bound int, slow time.Duration) error {
+	n.mu.Lock()
+	name := fmt.Sprintf("%s#%d/s%d", n.cfg.name, n.cfg.incarnation, n.subs)
+	n.subs++
+	n.mu.Unlock()
+	n.check.AddSubscriber(name, late)
+	props := actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *messages.Delivery:
+			if st, ok := m.Message.(*testpb.Stamp); ok && m.Node == n.ps.NodeName() {
+				n.learnGroup(st.Publisher, m.Group)
+			}
+			n.check.Observe(name, m)
+			if slow > 0 {
+				time.Sleep(slow) // a slow consumer, on purpose
+			}
+		case *messages.CursorExpired, *messages.BackPressure:
+			n.check.Observe(name, m)
+		}
+	}, actor.WithMailbox(echopubsub.SubscriberMailbox()))
+	pid := n.system.Root.Spawn(props)
+	opts := []echopubsub.SubscribeOption{echopubsub.WithMetadata()}
+	if bound > 0 {
+		opts = append(opts, echopubsub.WithMaxQueueLen(bound))
+	}
+	return n.ps.Subscribe(pid, chaos.Topic, opts...)
+}
+
+func (n *node) learnGroup(pub string, g uint32) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.pubs {
+		if p.name == pub {
+			p.group.CompareAndSwap(-1, int64(g))
+		}
+	}
+}
+
+func (n *node) startPublisher(rate, pad int) {
+	n.mu.Lock()
+	i := len(n.pubs)
+	p := &publisher{name: fmt.Sprintf("%s#%d/p%d", n.cfg.name, n.cfg.incarnation, i), node: n.ps.NodeName(),
+		from:   actor.NewPID(n.ps.NodeName(), fmt.Sprintf("chaos-publisher-%d", i)),
+		cancel: make(chan struct{}), done: make(chan struct{})}
+	p.group.Store(-1)
+	n.pubs = append(n.pubs, p)
+	n.mu.Unlock()
+	go n.publish(p, rate, pad)
+}
+
+// publish sends rate stamps a second, numbered 1, 2, 3, ...: a number is
+// used up only when Broadcast accepted it, so a refused broadcast (ErrBusy)
+// is retried, never a gap of the publisher's own making.
+func (n *node) publish(p *publisher, rate, pad int) {
+	defer close(p.done)
+	padding := make([]byte, pad)
+	start := time.Now()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-p.cancel:
+			return
+		case <-t.C:
+		}
+		due := uint64(time.Since(start).Seconds() * float64(rate))
+		for p.last.Load() < due {
+			seq := p.last.Load() + 1
+			if p.skip.CompareAndSwap(true, false) {
+				p.last.Store(seq) // never sent: a planted gap
+				seq++
+			}
+			err := n.ps.Broadcast(p.from, chaos.Topic, &testpb.Stamp{Publisher: p.name, Seq: seq, Pad: padding, SentUnixNano: time.Now().UnixNano()})
+			if err != nil {
+				failures++
+				if failures == 1 || failures%100 == 0 {
+					n.log.Warn().Err(err).Str("publisher", p.name).Int("failures", failures).Msg("chaos: broadcast refused: retrying")
+				}
+				break
+			}
+			p.last.Store(seq)
+			select {
+			case <-p.cancel:
+				return
+			default:
+			}
+		}
+	}
+}
+
+func (n *node) stopPublishers() {
+	n.mu.Lock()
+	pubs := append([]*publisher(nil), n.pubs...)
+	n.mu.Unlock()
+	for _, p := range pubs {
+		select {
+		case <-p.cancel:
+		default:
+			close(p.cancel)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			n.log.Error().Str("publisher", p.name).Msg("chaos: publisher did not stop within 10s")
+		}
+	}
+}
+
+func (n *node) pubInfo() []chaos.PubInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []chaos.PubInfo
+	for _, p := range n.pubs {
+		g := p.group.Load()
+		if g < 0 {
+			g = 0
+		}
+		out = append(out, chaos.PubInfo{Name: p.name, Node: p.node, Group: uint32(g), Last: p.last.Load()})
+	}
+	return out
+}
+
+func (n *node) status(full bool) chaos.Event {
+	ev := chaos.Event{Ev: "status", Pubs: n.pubInfo()}
+	r := n.check.Report()
+	r.Violations = nil // sent one by one as they happen
+	if !full {
+		r.Duplicates, r.Reorders = nil, nil
+	}
+	ev.Report = &r
+	ev.RSSKB, ev.HWMKB = memory()
+	ev.ProducerCrashes, ev.WorkerCrashes = n.hook.producerN.Load(), n.hook.workerN.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if st, err := n.ps.Stats(ctx); err == nil {
+		count := map[string]int{}
+		for _, g := range st {
+			for _, ns := range g.Nodes {
+				if ns.Registered && ns.Node != n.ps.NodeName() {
+					count[ns.Node]++
+				}
+			}
+		}
+		for peer, c := range count {
+			if c == len(st) {
+				ev.Registered = append(ev.Registered, peer)
+			}
+		}
+		sort.Strings(ev.Registered)
+	}
+	return ev
+}
+
+// memory returns VmRSS and VmHWM (peak RSS) in KiB from /proc/self/status.
+func memory() (rss, hwm int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v
+		case "VmHWM:":
+			hwm = v
+		}
+	}
+	return rss, hwm
+}

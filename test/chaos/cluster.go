@@ -1,0 +1,430 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/echopubsub/echopubsub/test"
+)
+
+// ClusterOptions configure a chaos cluster.
+type ClusterOptions struct {
+	Binary string // chaosnode, from BuildNode
+	Dir    string // logs: one file per process
+	Nodes  int
+	// Netns puts every node in its own network namespace, linked by veth to
+	// a bridge in a hub namespace where the proxy runs. Needs root; enables
+	// partitions and packet loss (iptables inside the node namespaces).
+	Netns bool
+	// Node settings (chaosnode flags).
+	Buffer        int
+	Pool          int
+	BatchInterval time.Duration
+	CallTimeout   time.Duration
+	Retry         time.Duration
+	LogLevel      string
+	Logf          func(format string, args ...interface{})
+}
+
+// NodeProc is one node slot; its process changes on restart.
+type NodeProc struct {
+	Index       int
+	Name        string // n0, n1, ...
+	NS          string // its network namespace ("" on loopback)
+	Listen      string // where its remote binds
+	Advertise   string // its proxy route: what other nodes dial
+	Incarnation int
+	Proc        *Proc
+	Paused      bool
+}
+
+// Cluster is a set of chaosnode processes behind one proxy process.
+type Cluster struct {
+	opt   ClusterOptions
+	Nodes []*NodeProc
+	proxy *Proc
+	hubNS string
+	hubIP string
+	nsAll []string
+
+	mu         sync.Mutex
+	violations []test.Violation
+	pubs       map[string]PubInfo   // every publisher ever, last known
+	finals     map[string]nodeFinal // per process (name#incarnation): last counts
+}
+
+type nodeFinal struct {
+	node   string
+	counts test.Counts
+	hwm    int64
+}
+
+const nsNet = "10.77.0." // the private subnet inside the namespaces
+
+// NewCluster starts the proxy and opt.Nodes nodes (not yet subscribed or
+// publishing). Close it when done.
+func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
+	if opt.Netns && os.Getuid() != 0 {
+		return nil, errors.New("chaos: network namespaces need root")
+	}
+	if opt.Logf == nil {
+		opt.Logf = func(string, ...interface{}) {}
+	}
+	c = &Cluster{opt: opt, pubs: map[string]PubInfo{}, finals: map[string]nodeFinal{}}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	prefix := fmt.Sprintf("eps%d", os.Getpid())
+	proxyHost := "127.0.0.1"
+	var proxyArgv []string
+	if opt.Netns {
+		c.hubNS, c.hubIP, proxyHost = prefix+"-hub", nsNet+"254", nsNet+"254"
+		if err := c.setupNetns(prefix); err != nil {
+			return c, err
+		}
+		proxyArgv = []string{"ip", "netns", "exec", c.hubNS}
+	}
+	c.proxy, _, err = StartProc("proxy", append(proxyArgv, opt.Binary, "-proxy"), filepath.Join(opt.Dir, "proxy.log"), nil)
+	if err != nil {
+		return c, err
+	}
+	for i := 0; i < opt.Nodes; i++ {
+		nd := &NodeProc{Index: i, Name: fmt.Sprintf("n%d", i)}
+		if opt.Netns {
+			nd.NS = fmt.Sprintf("%s-n%d", prefix, i)
+			nd.Listen = fmt.Sprintf("%s%d:7100", nsNet, i+1)
+			nd.Advertise = fmt.Sprintf("%s:%d", proxyHost, 7000+i)
+		} else {
+			lp, err1 := freePort()
+			pp, err2 := freePort()
+			if err := errors.Join(err1, err2); err != nil {
+				return c, err
+			}
+			nd.Listen = fmt.Sprintf("127.0.0.1:%d", lp)
+			nd.Advertise = fmt.Sprintf("%s:%d", proxyHost, pp)
+		}
+		if _, err := c.proxy.Call(Command{Op: OpRoute, Listen: nd.Advertise, Target: nd.Listen}, 5*time.Second); err != nil {
+			return c, err
+		}
+		c.Nodes = append(c.Nodes, nd)
+	}
+	for _, nd := range c.Nodes {
+		if err := c.startNode(nd); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func run(argv ...string) error {
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// setupNetns builds hub (bridge, the proxy's address) and one namespace per
+// node with a veth into the bridge. Nothing is added to the root namespace.
+func (c *Cluster) setupNetns(prefix string) error {
+	hub := c.hubNS
+	cmds := [][]string{
+		{"ip", "netns", "add", hub},
+		{"ip", "-n", hub, "link", "set", "lo", "up"},
+		{"ip", "-n", hub, "link", "add", "br0", "type", "bridge"},
+		{"ip", "-n", hub, "addr", "add", c.hubIP + "/24", "dev", "br0"},
+		{"ip", "-n", hub, "link", "set", "br0", "up"},
+	}
+	c.nsAll = append(c.nsAll, hub)
+	for i := 0; i < c.opt.Nodes; i++ {
+		ns := fmt.Sprintf("%s-n%d", prefix, i)
+		veth := fmt.Sprintf("v%d", i)
+		cmds = append(cmds,
+			[]string{"ip", "netns", "add", ns},
+			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
+			[]string{"ip", "-n", hub, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+			[]string{"ip", "-n", hub, "link", "set", veth, "master", "br0", "up"},
+			[]string{"ip", "-n", ns, "addr", "add", fmt.Sprintf("%s%d/24", nsNet, i+1), "dev", "eth0"},
+			[]string{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		)
+	}
+	for _, cmd := range cmds {
+		if cmd[1] == "netns" && cmd[2] == "add" && cmd[3] != hub {
+			c.nsAll = append(c.nsAll, cmd[3])
+		}
+		if err := run(cmd...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) peers() string {
+	var a []string
+	for _, nd := range c.Nodes {
+		a = append(a, nd.Advertise)
+	}
+	return strings.Join(a, ",")
+}
+
+func (c *Cluster) startNode(nd *NodeProc) error {
+	nd.Incarnation++
+	var argv []string
+	if nd.NS != "" {
+		argv = []string{"ip", "netns", "exec", nd.NS}
+	}
+	o := c.opt
+	argv = append(argv, o.Binary, "-name", nd.Name, "-incarnation", strconv.Itoa(nd.Incarnation),
+		"-listen", nd.Listen, "-advertise", nd.Advertise, "-peers", c.peers(),
+		"-buffer", strconv.Itoa(o.Buffer), "-pool", strconv.Itoa(o.Pool),
+		"-batch-interval", o.BatchInterval.String(), "-call-timeout", o.CallTimeout.String(),
+		"-retry", o.Retry.String(), "-log-level", o.LogLevel)
+	key := fmt.Sprintf("%s#%d", nd.Name, nd.Incarnation)
+	p, _, err := StartProc(key, argv, filepath.Join(o.Dir, nd.Name+".log"), func(p *Proc, ev Event) { c.event(nd.Name, p.Name, ev) })
+	if err != nil {
+		return err
+	}
+	nd.Proc, nd.Paused = p, false
+	return nil
+}
+
+func (c *Cluster) event(node, proc string, ev Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch ev.Ev {
+	case "violation":
+		c.violations = append(c.violations, *ev.Violation)
+		c.opt.Logf("VIOLATION on %s: %v", proc, ev.Violation)
+	case "status":
+		c.notePubs(ev.Pubs)
+		if ev.Report != nil {
+			c.finals[proc] = nodeFinal{node: node, counts: ev.Report.Counts, hwm: ev.HWMKB}
+		}
+	}
+}
+
+func (c *Cluster) notePubs(pubs []PubInfo) {
+	for _, p := range pubs {
+		if old, ok := c.pubs[p.Name]; !ok || p.Last >= old.Last {
+			c.pubs[p.Name] = p
+		}
+	}
+}
+
+// Publishers returns every publisher ever started, with what it sent last
+// as far as the harness knows (exact once it was stopped).
+func (c *Cluster) Publishers() []PubInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]PubInfo, 0, len(c.pubs))
+	for _, p := range c.pubs {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Violations returns what the nodes' checkers reported as it happened.
+func (c *Cluster) Violations() []test.Violation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]test.Violation(nil), c.violations...)
+}
+
+// Sent is the number of messages all publishers sent.
+func (c *Cluster) Sent() int64 {
+	var n int64
+	for _, p := range c.Publishers() {
+		n += int64(p.Last)
+	}
+	return n
+}
+
+// Live returns the nodes whose process runs.
+func (c *Cluster) Live() []*NodeProc {
+	var out []*NodeProc
+	for _, nd := range c.Nodes {
+		if nd.Proc != nil {
+			select {
+			case <-nd.Proc.Exited():
+				continue
+			default:
+				out = append(out, nd)
+			}
+		}
+	}
+	return out
+}
+
+// Call sends a command to node i.
+func (c *Cluster) Call(i int, cmd Command) (Event, error) {
+	return c.Nodes[i].Proc.Call(cmd, 15*time.Second)
+}
+
+// WaitRegistered waits until every live node's producers registered with
+// every other node.
+func (c *Cluster) WaitRegistered(timeout time.Duration) error {
+	return poll(timeout, func() (bool, string) {
+		for _, nd := range c.Nodes {
+			st := nd.Proc.Status()
+			if len(st.Registered) < len(c.Nodes)-1 {
+				return false, fmt.Sprintf("%s registered with %v only", nd.Name, st.Registered)
+			}
+		}
+		return true, ""
+	})
+}
+
+// poll checks cond every 50 ms until it holds, or fails at the deadline
+// with cond's last explanation.
+func poll(timeout time.Duration, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not true after %v: %s", timeout, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SetProxy sets the mode of node i's proxy route (what others dial to reach
+// it, and what carries the answers to its requests).
+func (c *Cluster) SetProxy(i int, mode string, latency time.Duration) error {
+	_, err := c.proxy.Call(Command{Op: OpMode, Listen: c.Nodes[i].Advertise, Mode: mode, LatencyMS: int(latency / time.Millisecond)}, 5*time.Second)
+	return err
+}
+
+func (c *Cluster) iptables(i int, args ...string) error {
+	return run(append([]string{"ip", "netns", "exec", c.Nodes[i].NS, "iptables", "-w"}, args...)...)
+}
+
+// Block drops every packet node from sends towards node to (a one-way
+// partition: from cannot reach to; to still reaches from).
+func (c *Cluster) Block(from, to int) error {
+	if c.hubNS == "" {
+		return errors.New("chaos: partitions need network namespaces (root)")
+	}
+	_, port, _ := net.SplitHostPort(c.Nodes[to].Advertise)
+	return c.iptables(from, "-A", "OUTPUT", "-p", "tcp", "-d", c.hubIP, "--dport", port, "-j", "DROP")
+}
+
+// Loss drops a random fraction p of node i's outgoing packets.
+func (c *Cluster) Loss(i int, p float64) error {
+	if c.hubNS == "" {
+		return errors.New("chaos: packet loss needs network namespaces (root)")
+	}
+	return c.iptables(i, "-A", "OUTPUT", "-p", "tcp", "-d", c.hubIP, "-m", "statistic", "--mode", "random",
+		"--probability", strconv.FormatFloat(p, 'f', 3, 64), "-j", "DROP")
+}
+
+// HealNet removes every iptables rule and proxy fault.
+func (c *Cluster) HealNet() error {
+	var errs []error
+	for i, nd := range c.Nodes {
+		if nd.NS != "" {
+			errs = append(errs, c.iptables(i, "-F", "OUTPUT"))
+		}
+		errs = append(errs, c.SetProxy(i, ModePass, 0))
+	}
+	return errors.Join(errs...)
+}
+
+// Kill kill -9s node i, keeping what it last reported.
+func (c *Cluster) Kill(i int) error {
+	nd := c.Nodes[i]
+	if nd.Paused {
+		_ = nd.Proc.Signal(syscall.SIGCONT)
+	}
+	return nd.Proc.Kill()
+}
+
+// Restart starts a new process for node i (same addresses, next
+// incarnation), runs subscribe (late collectors) and starts publishers.
+func (c *Cluster) Restart(i int, subscribe func() error, pub Command) error {
+	nd := c.Nodes[i]
+	if err := c.startNode(nd); err != nil {
+		return err
+	}
+	if err := subscribe(); err != nil {
+		return err
+	}
+	if pub.Publishers > 0 {
+		pub.Op = OpPublish
+		if _, err := c.Call(i, pub); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Pause SIGSTOPs node i; Resume SIGCONTs it.
+func (c *Cluster) Pause(i int) error {
+	c.Nodes[i].Paused = true
+	return c.Nodes[i].Proc.Signal(syscall.SIGSTOP)
+}
+
+func (c *Cluster) Resume(i int) error {
+	c.Nodes[i].Paused = false
+	return c.Nodes[i].Proc.Signal(syscall.SIGCONT)
+}
+
+// DataRaces counts "WARNING: DATA RACE" reports in the processes' logs
+// (nodes built with -race print them to stderr).
+func (c *Cluster) DataRaces() int {
+	n := 0
+	files, _ := filepath.Glob(filepath.Join(c.opt.Dir, "*.log"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			n += strings.Count(string(b), "WARNING: DATA RACE")
+		}
+	}
+	return n
+}
+
+// Close stops every process and removes the namespaces. Idempotent.
+func (c *Cluster) Close() {
+	var wg sync.WaitGroup
+	for _, nd := range c.Nodes {
+		if nd.Proc == nil {
+			continue
+		}
+		if nd.Paused {
+			_ = nd.Proc.Signal(syscall.SIGCONT)
+		}
+		wg.Add(1)
+		go func(p *Proc) { defer wg.Done(); _ = p.Quit(10 * time.Second) }(nd.Proc) // Quit kills after 10s
+	}
+	wg.Wait()
+	if c.proxy != nil {
+		_ = c.proxy.Quit(5 * time.Second)
+	}
+	for _, ns := range c.nsAll {
+		if err := run("ip", "netns", "del", ns); err != nil {
+			c.opt.Logf("cleanup: %v", err)
+		}
+	}
+	c.nsAll = nil
+}

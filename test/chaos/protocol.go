@@ -1,0 +1,110 @@
+// Package chaos runs EchoPubSub nodes as separate OS processes and injects
+// real faults between them: a TCP proxy in front of every node's remote port
+// (cut, blackhole, latency), network namespaces with veth and iptables for
+// one-way and pairwise partitions and packet loss (as root), kill -9 and
+// restart, SIGSTOP/SIGCONT, and producer and worker crashes through the
+// supervision tree. Every subscriber's stream is checked by test.Checker
+// inside its node; the soak (RunSoak) aggregates the nodes' reports.
+//
+// The node binary is ./chaosnode, built by BuildNode. The harness talks to
+// it with JSON lines: a Command on stdin, Events on stdout (one "reply" per
+// command, with its id; "status" every StatusEvery; "violation" as soon as
+// the node's checker finds one).
+package chaos
+
+import (
+	"time"
+
+	"github.com/echopubsub/echopubsub/test"
+)
+
+// Topic is the one topic the chaos nodes publish and subscribe on.
+const Topic = "chaos"
+
+// StatusEvery is how often a node reports its status unasked.
+const StatusEvery = 500 * time.Millisecond
+
+// Command is one request to a chaos node or proxy.
+type Command struct {
+	ID int64  `json:"id"`
+	Op string `json:"op"`
+	// subscribe: Count collectors; Late: they joined after publishers began.
+	Count int  `json:"count,omitempty"`
+	Late  bool `json:"late,omitempty"`
+	// subscribe: a slow subscriber, bounded at Bound queued messages, that
+	// spends SlowMicros on each message (it is dropped for and told so).
+	Bound      int `json:"bound,omitempty"`
+	SlowMicros int `json:"slow_micros,omitempty"`
+	// publish: Publishers goroutines, each Rate messages/s with Pad bytes.
+	Publishers int `json:"publishers,omitempty"`
+	Rate       int `json:"rate,omitempty"`
+	Pad        int `json:"pad,omitempty"`
+	// crash: "producer" or "worker".
+	What string `json:"what,omitempty"`
+	// behind, finish: what each publisher sent.
+	Sent []PubInfo `json:"sent,omitempty"`
+	// proxy route/mode.
+	Listen    string `json:"listen,omitempty"`
+	Target    string `json:"target,omitempty"`
+	Mode      string `json:"mode,omitempty"`
+	LatencyMS int    `json:"latency_ms,omitempty"`
+}
+
+// Node ops.
+const (
+	OpSubscribe   = "subscribe"
+	OpPublish     = "publish"
+	OpStopPublish = "stop_publish"
+	OpStatus      = "status"
+	OpBehind      = "behind"
+	OpFinish      = "finish"
+	OpCrash       = "crash"
+	OpQuit        = "quit"
+	// OpSkip makes every publisher of the node skip one sequence number: a
+	// gap of the test's own making, to prove the harness reports one.
+	OpSkip = "skip"
+	// Proxy ops.
+	OpRoute = "route"
+	OpMode  = "mode"
+)
+
+// Proxy modes.
+const (
+	ModePass      = "pass"
+	ModeCut       = "cut"       // close every connection, refuse new ones
+	ModeBlackhole = "blackhole" // stop forwarding; connections stay open
+	ModeLatency   = "latency"   // forward after LatencyMS
+)
+
+// PubInfo is one publisher: its stream (node and group it broadcasts
+// through) and the last sequence number it sent.
+type PubInfo struct {
+	Name  string `json:"name"`
+	Node  string `json:"node"`
+	Group uint32 `json:"group"`
+	Last  uint64 `json:"last"`
+}
+
+// Event is one line a node or proxy writes.
+type Event struct {
+	Ev  string `json:"ev"` // ready, reply, status, violation
+	ID  int64  `json:"id,omitempty"`
+	Err string `json:"err,omitempty"`
+	// ready: the node's advertised address.
+	Addr string `json:"addr,omitempty"`
+	// status, reply to stop_publish: the node's publishers.
+	Pubs []PubInfo `json:"pubs,omitempty"`
+	// status, finish: the node's checker.
+	Report *test.Report `json:"report,omitempty"`
+	RSSKB  int64        `json:"rss_kb,omitempty"`
+	HWMKB  int64        `json:"hwm_kb,omitempty"`
+	// status: peers every producer of this node is registered with.
+	Registered []string `json:"registered,omitempty"`
+	// status: crashes the node's fault hook injected so far.
+	ProducerCrashes int64 `json:"producer_crashes,omitempty"`
+	WorkerCrashes   int64 `json:"worker_crashes,omitempty"`
+	// behind: (subscriber, publisher) pairs neither caught up nor told.
+	Behind int `json:"behind,omitempty"`
+	// violation.
+	Violation *test.Violation `json:"violation,omitempty"`
+}

@@ -1,0 +1,442 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/echopubsub/echopubsub/test"
+)
+
+// Fault kinds.
+const (
+	FaultProxyCut       = "proxy_cut"        // node cut off completely at its proxy
+	FaultProxyBlackhole = "proxy_blackhole"  // node's proxy stops forwarding, connections stay open
+	FaultProxyLatency   = "proxy_latency"    // 150 ms added to everything towards a node
+	FaultOneWay         = "partition_oneway" // iptables: a cannot send to b
+	FaultPairwise       = "partition_pair"   // iptables: a and b cannot reach each other
+	FaultLoss           = "packet_loss"      // iptables statistic: 30% of a node's packets dropped
+	FaultKill           = "kill9_restart"    // kill -9, then a new process on the same addresses
+	FaultPause          = "sigstop"          // SIGSTOP ... SIGCONT
+	FaultProducerCrash  = "producer_crash"   // a FaultHook panic in the producer
+	FaultWorkerCrash    = "worker_crash"     // a FaultHook panic in the worker
+)
+
+// AllFaults lists every kind; the network ones need Netns.
+var AllFaults = []string{FaultProxyCut, FaultProxyBlackhole, FaultProxyLatency, FaultOneWay, FaultPairwise,
+	FaultLoss, FaultKill, FaultPause, FaultProducerCrash, FaultWorkerCrash}
+
+func needsNetns(kind string) bool {
+	return kind == FaultOneWay || kind == FaultPairwise || kind == FaultLoss
+}
+
+// SoakOptions configure RunSoak.
+type SoakOptions struct {
+	Cluster     ClusterOptions
+	Messages    int64 // at least this many broadcasts, and every fault kind once
+	Publishers  int   // per node
+	Rate        int   // messages/s per publisher
+	Pad         int   // payload padding, bytes
+	Subscribers int   // per node
+	// SlowSubscribers per node are bounded at 100 queued messages and spend
+	// SlowMicros on each: they are dropped for, with BackPressure notices.
+	SlowSubscribers int
+	SlowMicros      int
+	// Kinds restricts the faults injected (default: AllFaults).
+	Kinds  []string
+	Hold   time.Duration
+	Settle time.Duration
+	Drain  time.Duration // how long the end may take to catch up
+	Seed   int64
+	// IsolateAtEnd, when > 0, cuts the last node off at its proxy for this
+	// long at the end of the run while the others keep publishing, and
+	// samples the first node's RSS: the memory of a producer whose peer is
+	// partitioned.
+	IsolateAtEnd time.Duration
+}
+
+// Result is what a soak measured.
+type Result struct {
+	Duration          time.Duration
+	Messages          int64 // broadcasts accepted
+	Publishers        int
+	Deliveries        int64 // stamps received, all subscribers
+	Faults            map[string]int
+	Skipped           []string // kinds not run (no root)
+	Counts            test.Counts
+	ReordersPerSender map[string]int
+	DuplicatesPerNode map[string]int64
+	ExpiriesPerNode   map[string]int64
+	Violations        []test.Violation
+	// Memory, KiB.
+	BaselineRSSKB  int64 // node 0 after start-up, publishing, all healthy
+	PeerCutRSSKB   int64 // highest RSS of a node while a peer was cut off (any cut fault)
+	IsolationRSSKB []int64
+	PeakHWMKB      map[string]int64
+	// DataRaces reported by nodes built with -race.
+	DataRaces int
+}
+
+// RunSoak starts a cluster, publishes from every node while injecting each
+// fault kind in turn until Messages were sent, heals, drains, and collects
+// every node's checker. An error means the soak could not run; guarantee
+// breaches are in Result (Counts.SilentGaps, Counts.Reorders, Violations).
+func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
+	logf := o.Cluster.Logf
+	if logf == nil {
+		logf = func(string, ...interface{}) {}
+	}
+	rng := rand.New(rand.NewSource(o.Seed))
+	start := time.Now()
+	c, err := NewCluster(o.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	res := &Result{Faults: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
+		ExpiriesPerNode: map[string]int64{}, PeakHWMKB: map[string]int64{}}
+	kinds := []string{}
+	all := AllFaults
+	if len(o.Kinds) > 0 {
+		all = o.Kinds
+	}
+	for _, k := range all {
+		if needsNetns(k) && !o.Cluster.Netns {
+			res.Skipped = append(res.Skipped, k)
+			continue
+		}
+		kinds = append(kinds, k)
+	}
+	for i := range c.Nodes {
+		if err := subscribe(c, i, o, false); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.WaitRegistered(30 * time.Second); err != nil {
+		return nil, fmt.Errorf("cluster did not form: %w", err)
+	}
+	pub := Command{Op: OpPublish, Publishers: o.Publishers, Rate: o.Rate, Pad: o.Pad}
+	for i := range c.Nodes {
+		if _, err := c.Call(i, pub); err != nil {
+			return nil, err
+		}
+	}
+	logf("soak: %d nodes publishing (%d publishers x %d msg/s each), netns=%v", len(c.Nodes), o.Publishers, o.Rate, o.Cluster.Netns)
+	if err := sleepCtx(ctx, o.Settle); err != nil {
+		return nil, err
+	}
+	res.BaselineRSSKB = c.Nodes[0].Proc.Status().RSSKB
+
+	for n := 0; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if c.Sent() >= o.Messages && n >= len(kinds) {
+			break
+		}
+		kind := kinds[n%len(kinds)]
+		if err := runFault(ctx, c, o, rng, kind, res, pub); err != nil {
+			return nil, fmt.Errorf("fault %s: %w", kind, err)
+		}
+		res.Faults[kind]++
+		logf("soak: %s done; %d messages sent, %d violations so far (%.0fs)", kind, c.Sent(), len(c.Violations()), time.Since(start).Seconds())
+		if err := sleepCtx(ctx, o.Settle); err != nil {
+			return nil, err
+		}
+	}
+	if o.IsolateAtEnd > 0 {
+		if err := isolate(ctx, c, o, res); err != nil {
+			return nil, fmt.Errorf("isolation: %w", err)
+		}
+	}
+
+	// Quiesce: heal, stop publishing, wait until every live subscriber has
+	// everything or was told, then the tail check.
+	if err := c.HealNet(); err != nil {
+		return nil, err
+	}
+	for _, nd := range c.Live() {
+		ev, err := nd.Proc.Call(Command{Op: OpStopPublish}, 20*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.notePubs(ev.Pubs)
+		c.mu.Unlock()
+	}
+	pubs := c.Publishers()
+	sort.Slice(pubs, func(i, j int) bool { return pubs[i].Name < pubs[j].Name })
+	err = poll(o.Drain, func() (bool, string) {
+		for _, nd := range c.Live() {
+			ev, err := nd.Proc.Call(Command{Op: OpBehind, Sent: pubs}, 10*time.Second)
+			if err != nil {
+				return false, err.Error()
+			}
+			if ev.Behind > 0 {
+				return false, fmt.Sprintf("%s: %d subscriber/publisher pairs behind", nd.Name, ev.Behind)
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		logf("soak: drain incomplete (the tail check will report it): %v", err)
+	}
+	for _, nd := range c.Live() {
+		ev, err := nd.Proc.Call(Command{Op: OpFinish, Sent: pubs}, 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.finals[nd.Proc.Name] = nodeFinal{node: nd.Name, counts: ev.Report.Counts, hwm: nd.Proc.Status().HWMKB}
+		c.mu.Unlock()
+		for p, n := range ev.Report.Reorders {
+			res.ReordersPerSender[p] += n
+		}
+		// Tail gaps are found only now; earlier violations were streamed.
+		for _, v := range ev.Report.Violations {
+			if v.Got > 0 && isTail(v, pubs) {
+				c.mu.Lock()
+				c.violations = append(c.violations, v)
+				c.mu.Unlock()
+			}
+		}
+	}
+	c.mu.Lock()
+	for _, f := range c.finals {
+		res.Counts.Add(f.counts)
+		res.DuplicatesPerNode[f.node] += f.counts.Duplicates
+		res.ExpiriesPerNode[f.node] += f.counts.Expiries
+		if f.hwm > res.PeakHWMKB[f.node] {
+			res.PeakHWMKB[f.node] = f.hwm
+		}
+	}
+	c.mu.Unlock()
+	res.Deliveries = res.Counts.Delivered
+	res.Violations = c.Violations()
+	res.Messages = 0
+	for _, p := range pubs {
+		res.Messages += int64(p.Last)
+	}
+	res.Publishers = len(pubs)
+	c.Close() // the race detector reports on exit, too
+	res.DataRaces = c.DataRaces()
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+func subscribe(c *Cluster, i int, o SoakOptions, late bool) error {
+	if _, err := c.Call(i, Command{Op: OpSubscribe, Count: o.Subscribers, Late: late}); err != nil {
+		return err
+	}
+	if o.SlowSubscribers > 0 {
+		_, err := c.Call(i, Command{Op: OpSubscribe, Count: o.SlowSubscribers, Late: late, Bound: 100, SlowMicros: o.SlowMicros})
+		return err
+	}
+	return nil
+}
+
+func isTail(v test.Violation, pubs []PubInfo) bool {
+	for _, p := range pubs {
+		if p.Name == v.Publisher && v.Got == p.Last+1 {
+			return true
+		}
+	}
+	return false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// hold waits d while sampling the RSS of every node but the excluded ones.
+func hold(ctx context.Context, c *Cluster, d time.Duration, res *Result, cut ...int) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if len(cut) > 0 {
+			for _, nd := range c.Live() {
+				if !contains(cut, nd.Index) && !nd.Paused {
+					if rss := nd.Proc.Status().RSSKB; rss > res.PeerCutRSSKB {
+						res.PeerCutRSSKB = rss
+					}
+				}
+			}
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, kind string, res *Result, pub Command) error {
+	n := len(c.Nodes)
+	a := rng.Intn(n)
+	b := (a + 1 + rng.Intn(n-1)) % n
+	logf := o.Cluster.Logf
+	if logf == nil {
+		logf = func(string, ...interface{}) {}
+	}
+	logf("soak: injecting %s (node %d, peer %d)", kind, a, b)
+	switch kind {
+	case FaultProxyCut, FaultProxyBlackhole:
+		mode := ModeCut
+		if kind == FaultProxyBlackhole {
+			mode = ModeBlackhole
+		}
+		if err := c.SetProxy(a, mode, 0); err != nil {
+			return err
+		}
+		if err := hold(ctx, c, o.Hold, res, a); err != nil {
+			return err
+		}
+		return c.SetProxy(a, ModePass, 0)
+	case FaultProxyLatency:
+		if err := c.SetProxy(a, ModeLatency, 150*time.Millisecond); err != nil {
+			return err
+		}
+		if err := hold(ctx, c, o.Hold, res); err != nil {
+			return err
+		}
+		return c.SetProxy(a, ModePass, 0)
+	case FaultOneWay, FaultPairwise:
+		if err := c.Block(a, b); err != nil {
+			return err
+		}
+		if kind == FaultPairwise {
+			if err := c.Block(b, a); err != nil {
+				return err
+			}
+		}
+		if err := hold(ctx, c, o.Hold, res, b); err != nil {
+			return err
+		}
+		return c.HealNet()
+	case FaultLoss:
+		if err := c.Loss(a, 0.3); err != nil {
+			return err
+		}
+		if err := hold(ctx, c, o.Hold, res); err != nil {
+			return err
+		}
+		return c.HealNet()
+	case FaultKill:
+		if err := c.Kill(a); err != nil {
+			return err
+		}
+		if err := hold(ctx, c, o.Hold/2, res, a); err != nil {
+			return err
+		}
+		return c.Restart(a, func() error { return subscribe(c, a, o, true) }, pub)
+	case FaultPause:
+		if err := c.Pause(a); err != nil {
+			return err
+		}
+		if err := hold(ctx, c, o.Hold, res, a); err != nil {
+			return err
+		}
+		return c.Resume(a)
+	case FaultProducerCrash, FaultWorkerCrash:
+		what := "producer"
+		if kind == FaultWorkerCrash {
+			what = "worker"
+		}
+		before := crashes(c.Nodes[a].Proc.Status(), what)
+		if _, err := c.Call(a, Command{Op: OpCrash, What: what}); err != nil {
+			return err
+		}
+		// The hook fires on the next call (producer) or request (worker).
+		if err := poll(o.Hold+10*time.Second, func() (bool, string) {
+			return crashes(c.Nodes[a].Proc.Status(), what) > before, what + " crash not injected yet"
+		}); err != nil {
+			return err
+		}
+		return hold(ctx, c, o.Hold/2, res)
+	}
+	return errors.New("unknown fault kind")
+}
+
+func crashes(ev Event, what string) int64 {
+	if what == "producer" {
+		return ev.ProducerCrashes
+	}
+	return ev.WorkerCrashes
+}
+
+// isolate cuts the last node off while the others publish, sampling node
+// 0's RSS every second and the producers' lag towards the cut node.
+func isolate(ctx context.Context, c *Cluster, o SoakOptions, res *Result) error {
+	last := len(c.Nodes) - 1
+	if err := c.SetProxy(last, ModeCut, 0); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(o.IsolateAtEnd)
+	for time.Now().Before(deadline) {
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+		res.IsolationRSSKB = append(res.IsolationRSSKB, c.Nodes[0].Proc.Status().RSSKB)
+	}
+	return c.SetProxy(last, ModePass, 0)
+}
+
+// Summary renders r for logs and docs.
+func (r *Result) Summary() string {
+	s := fmt.Sprintf("duration %v\nmessages %d from %d publishers, %d deliveries checked\nfaults %v\n",
+		r.Duration.Round(time.Second), r.Messages, r.Publishers, r.Deliveries, r.Faults)
+	if len(r.Skipped) > 0 {
+		s += fmt.Sprintf("skipped (no root): %v\n", r.Skipped)
+	}
+	if r.DataRaces > 0 {
+		s += fmt.Sprintf("DATA RACES reported by the nodes: %d\n", r.DataRaces)
+	}
+	s += fmt.Sprintf("silent gaps %d (of which a DROPPING notice came right after the jump: %d), reorders %d (per sender %v), covered gaps %d\n",
+		r.Counts.SilentGaps, r.Counts.LateNotices, r.Counts.Reorders, r.ReordersPerSender, r.Counts.CoveredGaps)
+	s += fmt.Sprintf("duplicates per node %v\nexpiries per node %v, dropping notices %d, resumed %d\n",
+		r.DuplicatesPerNode, r.ExpiriesPerNode, r.Counts.Dropping, r.Counts.Resumed)
+	s += fmt.Sprintf("rss: baseline %d KiB, highest while a peer was cut %d KiB, peak (VmHWM) per node %v\n",
+		r.BaselineRSSKB, r.PeerCutRSSKB, r.PeakHWMKB)
+	if len(r.IsolationRSSKB) > 0 {
+		s += fmt.Sprintf("rss of n0 each second while the last node was cut off: %v KiB\n", r.IsolationRSSKB)
+	}
+	for i, v := range r.Violations {
+		if i == 20 {
+			s += fmt.Sprintf("... %d more violations\n", len(r.Violations)-20)
+			break
+		}
+		s += "  " + v.String() + "\n"
+	}
+	return s
+}
+
+// DefaultNetns reports whether the soak can use namespaces: root and the
+// ip tool.
+func DefaultNetns() bool { return os.Getuid() == 0 && ipAvailable() }
+
+func ipAvailable() bool {
+	for _, p := range []string{"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
