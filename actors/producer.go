@@ -103,7 +103,7 @@ type producer struct {
 	hook    FaultHook
 	log     zerolog.Logger
 
-	ring        *ringbuf.Ring[Entry]
+	ring        *ringbuf.Ring[*Entry] // pointers into the Write messages: 8 bytes a slot for the GC to scan
 	lastBatch   *messages.Batch // the last batch built, reused for a peer that needs the same range
 	inc         uint64
 	peers       map[string]*peer
@@ -156,7 +156,7 @@ func (p *producer) Receive(ctx actor.Context) {
 	case *StatsQuery:
 		ctx.Respond(p.stats())
 	case *actor.Started:
-		ring, err := ringbuf.New[Entry](p.cfg.BufferSize)
+		ring, err := ringbuf.New[*Entry](p.cfg.BufferSize)
 		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
 			p.log.Error().Err(err).Msg("producer cannot start")
 			return
@@ -217,7 +217,7 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 	default:
 	}
 	e := &w.Entry
-	c, err := p.ring.Write(*e)
+	c, err := p.ring.Write(e)
 	if err != nil {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
@@ -226,6 +226,7 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
 			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
+	w.Msg = nil // the ring keeps w (through e) for BufferSize writes: not the original message
 	p.armFlush(ctx)
 }
 
