@@ -104,7 +104,7 @@ type producer struct {
 	log     zerolog.Logger
 
 	ring        *ringbuf.Ring[*Entry] // pointers into the Write messages: 8 bytes a slot for the GC to scan
-	lastBatch   *messages.Batch // the last batch built, reused for a peer that needs the same range
+	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
 	inc         uint64
 	peers       map[string]*peer
 	forgotten   map[string]uint64 // node -> write cursor when forgotten
