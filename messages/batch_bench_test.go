@@ -26,9 +26,15 @@ func benchEntries(n, size int) []*messages.Entry {
 	return es
 }
 
+// benchBatch builds a batch as the producer does: columns sized up front.
 func benchBatch(es []*messages.Entry) *messages.Batch {
+	size := 0
+	for _, e := range es {
+		size += len(e.Payload)
+	}
 	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: "bench", ProducerNode: "127.0.0.1:7000",
-		ProducerIncarnation: 1, FirstCursor: 1}
+		ProducerIncarnation: 1, FirstCursor: 1, TopicIndex: make([]uint32, 0, len(es)), TypeIndex: make([]uint32, 0, len(es)),
+		PayloadSize: make([]uint32, 0, len(es)), Payloads: make([]byte, 0, size)}
 	for _, e := range es {
 		b.AddEntry(e)
 	}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary be a node too: the harness re-executes its
+// own binary (this one, under go test) with roleEnv set.
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case "node", "nats":
+		os.Exit(childMain())
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs the harness on a tiny N: 3 node processes, both batch
+// intervals, EchoPubSub and one peer (NATS core). It checks that every
+// node's collector counted exactly N for EchoPubSub, never the speed.
+func TestSmoke(t *testing.T) {
+	start := time.Now()
+	o, err := parseFlags([]string{"-systems", sysOurs + "," + sysNATS, "-nodes", "3", "-n", "20000",
+		"-intervals", "100ms,0s", "-reps", "1", "-latency=false", "-quiet", "-stall", "15s", "-warmup", "5000",
+		"-logdir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := runAll(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 3 {
+		t.Fatalf("want 3 scenarios (2 intervals + 1 peer), got %d", len(results))
+	}
+	for _, r := range results {
+		if r.Err != "" {
+			t.Errorf("%s: %s", r.label(), r.Err)
+			continue
+		}
+		if len(r.Reps) != 1 {
+			t.Errorf("%s: %d repetitions", r.label(), len(r.Reps))
+			continue
+		}
+		rr := r.Reps[0]
+		for i, u := range rr.Unique {
+			if r.System == sysOurs && (u != int64(r.N) || rr.Dups[i] != 0 || rr.Notices[i] != 0) {
+				t.Errorf("%s: node %d counted %d distinct of %d, %d duplicates, %d notices", r.label(), i, u, r.N, rr.Dups[i], rr.Notices[i])
+			}
+			if r.System != sysOurs && u != int64(r.N) {
+				t.Logf("%s: node %d counted %d of %d (a peer may lose messages; not a failure)", r.label(), i, u, r.N)
+			}
+		}
+		if r.System == sysOurs && !r.Valid {
+			t.Errorf("%s: not exact: %s", r.label(), r.cell())
+		}
+		if len(r.RSSKB) != 3 || r.RSSKB[0] == 0 {
+			t.Errorf("%s: peak RSS not measured: %v", r.label(), r.RSSKB)
+		}
+	}
+	rep := &report{opts: o, results: results, meta: newMeta(o, start, loadAvg())}
+	if md := rep.markdown(); !strings.Contains(md, "| **EchoPubSub, 100ms** |") {
+		t.Errorf("report has no EchoPubSub row:\n%s", md)
+	}
+	if svg := rep.svg(); !strings.HasPrefix(svg, "<svg") {
+		t.Errorf("chart is not an SVG")
+	}
+	t.Logf("smoke run took %v\n%s", time.Since(start).Round(time.Millisecond), rep.tables())
+}
+
+func TestSeqRoundTrip(t *testing.T) {
+	for _, c := range [][3]int{{0, 0, 0}, {1, 3, 12345}, {7, 255, 1<<40 - 1}} {
+		rep, pub, i := splitSeq(makeSeq(c[0], c[1], c[2]))
+		if rep != c[0] || pub != c[1] || i != c[2] {
+			t.Errorf("%v -> %d %d %d", c, rep, pub, i)
+		}
+	}
+}
+
+func TestCollectorCountsExactly(t *testing.T) {
+	c := newCollector()
+	c.Reset(2, 2, 4, false)
+	for _, s := range []uint64{makeSeq(2, 0, 0), makeSeq(2, 1, 0), makeSeq(2, 0, 1), makeSeq(2, 0, 1), makeSeq(1, 0, 0), makeSeq(2, 1, 1)} {
+		c.Add(s, 0)
+	}
+	st := c.Status()
+	if st.Unique != 4 || st.Dups != 1 || st.Stray != 1 || st.DoneAt == 0 || st.Reorders != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	c.Reset(3, 1, 3, false)
+	c.Add(makeSeq(3, 0, 1), 0)
+	c.Add(makeSeq(3, 0, 0), 0)
+	if st := c.Status(); st.Unique != 2 || st.Reorders != 2 || st.DoneAt != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}

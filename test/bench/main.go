@@ -1,0 +1,420 @@
+// Command bench measures EchoPubSub side by side with the peers a Go user
+// would pick, every node a separate OS process on loopback (issue 8):
+//
+//	go run ./test/bench                      # a short run (~1-2 min): 3 nodes, 10 B
+//	go run ./test/bench -full -doc docs/benchmarks.md   # what docs/benchmarks.md is
+//
+// Throughput: node 0 runs -pubs publishers that send N messages in total;
+// every node (node 0 included) has one collector subscribed; msg/s is N
+// divided by the median time from the first publish until the last node's
+// collector counted N. A repetition counts only if every collector counted
+// exactly N distinct messages, with no duplicate and no notice
+// (CursorExpired, BackPressure, Undecodable).
+//
+// Latency: node 0 publishes at a fixed offered load (-rate msg/s) and the
+// other nodes' collectors record publish-to-receive time (one clock: the
+// processes share the machine).
+//
+// Peers: raw protoactor remote (one message per payload, fire and forget, to
+// a collector on each node), protoactor's cluster PubSub (BatchingProducer,
+// a static member list, disthash identity lookup), NATS core and NATS
+// JetStream (memory stream, one durable AckExplicit consumer per node), the
+// NATS server embedded in its own OS process.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	switch os.Getenv(roleEnv) {
+	case "node", "nats":
+		os.Exit(childMain())
+	}
+	if err := coordMain(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// childMain runs a node or the NATS server; the exit code is the process's.
+func childMain() int {
+	var cfg nodeConfig
+	if err := json.Unmarshal([]byte(os.Getenv(configEnv)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench child: config:", err)
+		return 2
+	}
+	var err error
+	if os.Getenv(roleEnv) == "nats" {
+		err = natsServerMain(cfg, func() {
+			sc := bufio.NewScanner(os.Stdin)
+			for sc.Scan() {
+				var c cmd
+				if json.Unmarshal(sc.Bytes(), &c) == nil {
+					b, _ := json.Marshal(event{Ev: "reply", ID: c.ID, OK: true})
+					fmt.Println(string(b))
+					if c.Op == "quit" {
+						return
+					}
+				}
+			}
+		})
+	} else {
+		err = nodeMain(cfg, os.Stdin, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench child:", err)
+		return 1
+	}
+	return 0
+}
+
+// options are the harness's flags.
+type options struct {
+	systems    []string
+	nodes      []int
+	scale      []int
+	intervals  []time.Duration
+	payloads   []int
+	n, n0      int
+	nPeer      map[string]int
+	reps, pubs int
+	warmup     int
+	maxBatch   int
+	maxPending int
+	rate       int
+	latSecs    float64
+	latency    bool
+	profile    bool
+	stall      time.Duration
+	doc, chart string
+	jsonOut    string
+	goBench    bool
+	quiet      bool
+	logDir     string
+	from       string
+	cmdline    string
+}
+
+// savedOptions is what a report needs of the options, saved with a run.
+type savedOptions struct {
+	Systems    []string        `json:"systems"`
+	Nodes      []int           `json:"nodes"`
+	Intervals  []time.Duration `json:"intervals"`
+	Payloads   []int           `json:"payloads"`
+	Reps       int             `json:"reps"`
+	Pubs       int             `json:"pubs"`
+	Rate       int             `json:"rate"`
+	LatSecs    float64         `json:"latency_secs"`
+	Warmup     int             `json:"warmup"`
+	NPeer      map[string]int  `json:"n_peer"`
+	doc, chart string
+}
+
+func savedOptionsOf(o *options) *savedOptions {
+	return &savedOptions{Systems: o.systems, Nodes: o.nodes, Intervals: o.intervals, Payloads: o.payloads, Reps: o.reps,
+		Pubs: o.pubs, Rate: o.rate, LatSecs: o.latSecs, Warmup: o.warmup, NPeer: o.nPeer}
+}
+
+func (s *savedOptions) options() *options {
+	return &options{systems: s.Systems, nodes: s.Nodes, intervals: s.Intervals, payloads: s.Payloads, reps: s.Reps,
+		pubs: s.Pubs, rate: s.Rate, latSecs: s.LatSecs, warmup: s.Warmup, nPeer: s.NPeer}
+}
+
+type savedRun struct {
+	Options *savedOptions `json:"options"`
+	Meta    meta          `json:"meta"`
+	Results []result      `json:"results"`
+}
+
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	full := fs.Bool("full", false, "the whole matrix of docs/benchmarks.md: nodes 3,4 (+8 for EchoPubSub), payloads 10,200, N=1e6, profiles, Go benchmarks")
+	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to run")
+	nodes := fs.String("nodes", "3", "node counts")
+	scale := fs.String("scale-nodes", "", "node counts for EchoPubSub only, 10 B (scaling)")
+	intervals := fs.String("intervals", "100ms,0s", "EchoPubSub BatchIntervals")
+	payloads := fs.String("payloads", "10", "payload sizes in bytes (the Stamp's pad)")
+	n := fs.Int("n", 50_000, "messages per repetition")
+	n0 := fs.Int("n0", 0, "messages per repetition for EchoPubSub at BatchInterval 0 (0: -n)")
+	nPeer := fs.String("n-peer", "", "per-peer N overrides, e.g. nats-jetstream=200000,protoactor-cluster=200000")
+	reps := fs.Int("reps", 3, "repetitions (msg/s is N / median time)")
+	pubs := fs.Int("pubs", 4, "publishers on node 0")
+	warmup := fs.Int("warmup", 100_000, "messages of an uncounted warm-up repetition before the counted ones (capped at N; 0: none)")
+	rate := fs.Int("rate", 10_000, "offered load of the latency runs, msg/s")
+	latSecs := fs.Float64("latency-secs", 3, "length of a latency run")
+	latency := fs.Bool("latency", true, "run the latency scenarios (first node count, 10 B)")
+	profile := fs.Bool("profile", false, "CPU-profile EchoPubSub's publishing node and one receiver (first node count, 10 B)")
+	stall := fs.Duration("stall", 5*time.Second, "a repetition ends, invalid, after this long without progress")
+	doc := fs.String("doc", "", "write the report (markdown) here; the chart goes beside it as benchmarks.svg")
+	jsonOut := fs.String("json", "", "write the raw results here")
+	goBench := fs.Bool("gobench", false, "also run the Go micro-benchmarks of the hot paths and include them")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	logDir := fs.String("logdir", "", "node logs and profiles (default: a new temporary directory)")
+	maxBatch := fs.Int("max-batch-messages", 0, "experiment: EchoPubSub Config.MaxBatchMessages (0: library default)")
+	maxPending := fs.Int("max-pending-writes", 0, "experiment: EchoPubSub Config.MaxPendingWrites (0: library default)")
+	from := fs.String("from", "", "do not run: render -doc from a results.json a previous run saved")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *full {
+		if !set["nodes"] {
+			*nodes = "3,4"
+		}
+		if !set["scale-nodes"] {
+			*scale = "8"
+		}
+		if !set["payloads"] {
+			*payloads = "10,200"
+		}
+		if !set["n"] {
+			*n = 1_000_000
+		}
+		if !set["profile"] {
+			*profile = true
+		}
+		if !set["gobench"] {
+			*goBench = true
+		}
+		if !set["n-peer"] {
+			*nPeer = "nats-jetstream=200000" // ~20k msg/s: 1e6 would take a minute per repetition
+		}
+	}
+	o := &options{systems: strings.Split(*systems, ","), n: *n, n0: *n0, reps: *reps, pubs: *pubs, warmup: *warmup, rate: *rate,
+		latSecs: *latSecs, latency: *latency, profile: *profile, stall: *stall, doc: *doc, jsonOut: *jsonOut,
+		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, nPeer: map[string]int{}}
+	for _, s := range o.systems {
+		if !contains(allSystems, s) {
+			return nil, fmt.Errorf("-systems: unknown %q (known: %s)", s, strings.Join(allSystems, ", "))
+		}
+	}
+	var err error
+	if o.nodes, err = ints(*nodes); err != nil {
+		return nil, fmt.Errorf("-nodes: %w", err)
+	}
+	if o.scale, err = ints(*scale); err != nil {
+		return nil, fmt.Errorf("-scale-nodes: %w", err)
+	}
+	if o.payloads, err = ints(*payloads); err != nil {
+		return nil, fmt.Errorf("-payloads: %w", err)
+	}
+	for _, s := range splitList(*intervals) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("-intervals: %w", err)
+		}
+		o.intervals = append(o.intervals, d)
+	}
+	for _, kv := range splitList(*nPeer) {
+		k, v, ok := strings.Cut(kv, "=")
+		x, err := strconv.Atoi(v)
+		if !ok || err != nil || !contains(allSystems, k) {
+			return nil, fmt.Errorf("-n-peer: bad %q", kv)
+		}
+		o.nPeer[k] = x
+	}
+	for _, nn := range append(append([]int{}, o.nodes...), o.scale...) {
+		if nn < 2 {
+			return nil, fmt.Errorf("node counts must be >= 2 (a remote subscriber), got %d", nn)
+		}
+	}
+	if o.n < o.pubs || o.pubs < 1 || o.pubs > 255 || o.reps < 1 {
+		return nil, fmt.Errorf("need 1 <= -pubs <= 255, -n >= -pubs, -reps >= 1")
+	}
+	if *doc != "" {
+		o.chart = filepath.Join(filepath.Dir(*doc), "benchmarks.svg")
+	}
+	o.cmdline = "go run ./test/bench " + strings.Join(args, " ")
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func contains[T comparable](xs []T, x T) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// matrix lists the scenarios of o, in the order they run.
+func (o *options) matrix() []scenario {
+	var out []scenario
+	nFor := func(sys string, iv time.Duration) int {
+		if v, ok := o.nPeer[sys]; ok {
+			return v
+		}
+		if sys == sysOurs && iv == 0 && o.n0 > 0 {
+			return o.n0
+		}
+		return o.n
+	}
+	for _, nodes := range o.nodes {
+		for _, pad := range o.payloads {
+			for _, sys := range o.systems {
+				if sys == sysOurs {
+					for _, iv := range o.intervals {
+						out = append(out, scenario{System: sys, Nodes: nodes, Interval: iv, Pad: pad, N: nFor(sys, iv), Reps: o.reps, Pubs: o.pubs,
+							Profile: o.profile && nodes == o.nodes[0] && pad == o.payloads[0]})
+					}
+					continue
+				}
+				out = append(out, scenario{System: sys, Nodes: nodes, Pad: pad, N: nFor(sys, 0), Reps: o.reps, Pubs: o.pubs})
+			}
+		}
+	}
+	if contains(o.systems, sysOurs) {
+		for _, nodes := range o.scale {
+			for _, iv := range o.intervals {
+				out = append(out, scenario{System: sysOurs, Nodes: nodes, Interval: iv, Pad: o.payloads[0], N: nFor(sysOurs, iv), Reps: o.reps, Pubs: o.pubs})
+			}
+		}
+	}
+	if o.latency {
+		n := int(float64(o.rate) * o.latSecs)
+		for _, sys := range o.systems {
+			ivs := []time.Duration{0}
+			if sys == sysOurs {
+				ivs = o.intervals
+			}
+			for _, iv := range ivs {
+				out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: o.rate})
+			}
+		}
+	}
+	return out
+}
+
+// runAll runs o's matrix and returns the results.
+func runAll(o *options) ([]result, error) {
+	dir := o.logDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "echopubsub-bench-")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+		o.logDir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	m := o.matrix()
+	p := newProgress(len(m), o.quiet)
+	p.note("bench: %d scenarios, logs in %s", len(m), dir)
+	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, progress: p}
+	var out []result
+	for _, s := range m {
+		p.next()
+		res := r.run(s)
+		if res.Err != "" {
+			p.note("[%d/%d] %s: ERROR %s", p.index, p.total, s.label(), res.Err)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+func coordMain(args []string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	var rep *report
+	if o.from != "" {
+		b, err := os.ReadFile(o.from)
+		if err != nil {
+			return err
+		}
+		var saved savedRun
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return fmt.Errorf("%s: %w", o.from, err)
+		}
+		if saved.Options == nil {
+			return fmt.Errorf("%s: no options saved", o.from)
+		}
+		o2 := saved.Options.options()
+		o2.doc, o2.chart = o.doc, o.chart
+		o = o2
+		rep = &report{opts: o, results: saved.Results, meta: saved.Meta}
+	} else {
+		started := time.Now()
+		load0 := loadAvg()
+		git := gitState() // the code measured is the code at the start
+		results, err := runAll(o)
+		if err != nil {
+			return err
+		}
+		rep = &report{opts: o, results: results, meta: newMeta(o, started, load0)}
+		rep.Git = git
+		if o.goBench {
+			rep.GoBench = runGoBench()
+		}
+		b, _ := json.MarshalIndent(savedRun{Options: savedOptionsOf(o), Meta: rep.meta, Results: results}, "", "  ")
+		path := o.jsonOut
+		if path == "" {
+			path = filepath.Join(o.logDir, "results.json")
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "results saved in %s (re-render with -from)\n", path)
+	}
+	fmt.Print(rep.tables())
+	if o.doc != "" {
+		if err := os.WriteFile(o.chart, []byte(rep.svg()), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.doc, []byte(rep.markdown()), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s and %s\n", o.doc, o.chart)
+	}
+	for _, r := range rep.results {
+		if r.Err != "" {
+			return fmt.Errorf("%d scenario(s) failed to run (see above)", countErr(rep.results))
+		}
+	}
+	return nil
+}
+
+func countErr(rs []result) int {
+	n := 0
+	for _, r := range rs {
+		if r.Err != "" {
+			n++
+		}
+	}
+	return n
+}

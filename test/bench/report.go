@@ -1,0 +1,684 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+type report struct {
+	opts    *options
+	results []result
+	meta
+}
+
+// meta is what the report says about the run besides its results; it is
+// saved with them (results.json) so the report can be rendered again.
+type meta struct {
+	Started    time.Time     `json:"started"`
+	Elapsed    time.Duration `json:"elapsed"`
+	LoadBefore string        `json:"load_before"`
+	LoadAfter  string        `json:"load_after"`
+	GoBench    string        `json:"go_bench,omitempty"`
+	Cmdline    string        `json:"cmdline"`
+	CPU        string        `json:"cpu"`
+	NumCPU     int           `json:"num_cpu"`
+	GoVersion  string        `json:"go_version"`
+	Git        string        `json:"git"`
+}
+
+func newMeta(o *options, started time.Time, loadBefore string) meta {
+	return meta{Started: started, Elapsed: time.Since(started), LoadBefore: loadBefore, LoadAfter: loadAvg(),
+		Cmdline: o.cmdline, CPU: cpuModel(), NumCPU: runtime.NumCPU(), GoVersion: goVersion(), Git: gitState()}
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if _, v, ok := strings.Cut(l, ":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "?"
+}
+
+func goVersion() string {
+	out, err := exec.Command("go", "version").Output()
+	if err != nil {
+		return runtime.Version()
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// gitState names the commit measured, and whether the tree had changes.
+func gitState() string {
+	c := exec.Command("git", "rev-parse", "--short", "HEAD")
+	c.Dir = goModRoot()
+	out, err := c.Output()
+	if err != nil {
+		return "unknown commit"
+	}
+	s := "commit " + strings.TrimSpace(string(out))
+	c = exec.Command("git", "status", "--porcelain", "--untracked-files=no")
+	c.Dir = goModRoot()
+	if st, err := c.Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		files := strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(st)), "\n", " "))
+		var names []string
+		for i := 1; i < len(files); i += 2 {
+			names = append(names, files[i])
+		}
+		s += " with uncommitted changes to " + strings.Join(names, ", ")
+	}
+	return s
+}
+
+// goModRoot is the module root (for the Go benchmarks and analysis.md).
+func goModRoot() string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "."
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// runGoBench runs the hot-path micro-benchmarks and returns their output.
+func runGoBench() string {
+	c := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkWrite$|BenchmarkBatch|BenchmarkFanOut",
+		"-benchtime", "1s", "-count", "1", "./ringbuf/", "./messages/", "./actors/")
+	c.Dir = goModRoot()
+	out, err := c.CombinedOutput()
+	if err != nil {
+		return string(out) + "\n(go test: " + err.Error() + ")"
+	}
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "Benchmark") || strings.HasPrefix(l, "ok") || strings.HasPrefix(l, "cpu:") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func commas(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func (r result) rowName() string {
+	if r.System == sysOurs {
+		return fmt.Sprintf("%s BatchInterval %v", r.System, r.Interval)
+	}
+	return r.System
+}
+
+// cell is a throughput figure, or why there is none.
+func (r result) cell() string {
+	if r.Err != "" {
+		return "error: " + r.Err
+	}
+	if r.Valid {
+		return commas(r.MsgPerSec)
+	}
+	worst := ""
+	for _, rr := range r.Reps {
+		if rr.Valid {
+			continue
+		}
+		var minU int64 = math.MaxInt64
+		var dups, notices int64
+		for i := range rr.Unique {
+			minU = min(minU, rr.Unique[i])
+			dups += rr.Dups[i]
+			notices += rr.Notices[i]
+		}
+		w := fmt.Sprintf("lost %s of %s", commas(float64(int64(r.N)-minU)), commas(float64(r.N)))
+		if dups > 0 {
+			w += fmt.Sprintf(", %d dups", dups)
+		}
+		if notices > 0 {
+			w += fmt.Sprintf(", %d notices", notices)
+		}
+		if rr.PubErrs > 0 {
+			w += fmt.Sprintf(", %d publish errors", rr.PubErrs)
+		}
+		worst = w
+		break
+	}
+	valid := 0
+	for _, rr := range r.Reps {
+		if rr.Valid {
+			valid++
+		}
+	}
+	s := fmt.Sprintf("INVALID (%s", worst)
+	if valid > 0 {
+		s += fmt.Sprintf("; %d/%d reps exact: %s msg/s", valid, len(r.Reps), commas(r.MsgPerSec))
+	}
+	return s + ")"
+}
+
+func (rp *report) throughput() []result {
+	var out []result
+	for _, r := range rp.results {
+		if r.Rate == 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (rp *report) latencies() []result {
+	var out []result
+	for _, r := range rp.results {
+		if r.Rate > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// find returns the throughput result for these coordinates.
+func (rp *report) find(sys string, nodes int, iv time.Duration, pad int) (result, bool) {
+	for _, r := range rp.throughput() {
+		if r.System == sys && r.Nodes == nodes && r.Pad == pad && (sys != sysOurs || r.Interval == iv) {
+			return r, true
+		}
+	}
+	return result{}, false
+}
+
+type column struct{ nodes, pad int }
+
+func (rp *report) columns() []column {
+	seen := map[column]bool{}
+	var cols []column
+	for _, r := range rp.throughput() {
+		c := column{r.Nodes, r.Pad}
+		if !seen[c] {
+			seen[c] = true
+			cols = append(cols, c)
+		}
+	}
+	sort.Slice(cols, func(i, j int) bool {
+		if cols[i].nodes != cols[j].nodes {
+			return cols[i].nodes < cols[j].nodes
+		}
+		return cols[i].pad < cols[j].pad
+	})
+	return cols
+}
+
+type rowKey struct {
+	sys string
+	iv  time.Duration
+}
+
+func (rp *report) rows() []rowKey {
+	var rows []rowKey
+	seen := map[rowKey]bool{}
+	for _, sys := range allSystems {
+		for _, r := range rp.throughput() {
+			k := rowKey{r.System, r.Interval}
+			if r.System != sys || seen[k] {
+				continue
+			}
+			if sys != sysOurs {
+				k.iv = 0
+			}
+			seen[k] = true
+			rows = append(rows, k)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].sys == sysOurs && rows[j].sys == sysOurs {
+			return rows[i].iv > rows[j].iv
+		}
+		return false
+	})
+	return rows
+}
+
+func rowLabel(k rowKey) string {
+	if k.sys == sysOurs {
+		return fmt.Sprintf("**EchoPubSub, %v**", k.iv)
+	}
+	return map[string]string{
+		sysRaw:       "protoactor remote, raw fire-and-forget (1 msg per payload)",
+		sysCluster:   "protoactor cluster PubSub (BatchingProducer)",
+		sysNATS:      "NATS core",
+		sysJetStream: "NATS JetStream, AckExplicit",
+	}[k.sys]
+}
+
+// tables is the plain summary printed on stdout.
+func (rp *report) tables() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-62s %9s %24s  %s\n", "scenario", "N", "msg/s (median)", "peak RSS per node (MiB)")
+	for _, r := range rp.throughput() {
+		fmt.Fprintf(&b, "%-62s %9d %24s  %s\n", r.label(), r.N, r.cell(), rssList(r.RSSKB))
+	}
+	if l := rp.latencies(); len(l) > 0 {
+		fmt.Fprintf(&b, "\n%-62s %9s %9s %9s %9s\n", "latency (remote subscribers)", "count", "p50 ms", "p99 ms", "max ms")
+		for _, r := range l {
+			if r.Lat == nil {
+				fmt.Fprintf(&b, "%-62s %s\n", r.label(), r.cell())
+				continue
+			}
+			v := ""
+			if !r.Valid {
+				v = "  " + r.cell()
+			}
+			fmt.Fprintf(&b, "%-62s %9d %9.2f %9.2f %9.2f%s\n", r.label(), r.Lat.Count, r.Lat.P50, r.Lat.P99, r.Lat.Max, v)
+		}
+	}
+	return b.String()
+}
+
+func rssList(kb []int64) string {
+	var parts []string
+	for _, v := range kb {
+		parts = append(parts, fmt.Sprintf("%.0f", float64(v)/1024))
+	}
+	return strings.Join(parts, " / ")
+}
+
+func (rp *report) markdown() string {
+	var b strings.Builder
+	o := rp.opts
+	w := func(format string, args ...interface{}) { fmt.Fprintf(&b, format, args...) }
+	w("# Benchmarks\n\n")
+	w("Generated by the harness in `test/bench` (issue 8) from one run on %s, which took %v.\n",
+		rp.Started.UTC().Format("2006-01-02 15:04 MST"), rp.Elapsed.Round(time.Second))
+	w("Reproduce it with:\n\n```\n%s\n```\n\n", rp.Cmdline)
+	w("## Machine\n\n")
+	w("- CPU: %s, `nproc` = %d\n- %s\n", rp.CPU, rp.NumCPU, rp.GoVersion)
+	w("- load average (1, 5, 15 min) before the run: %s; after: %s. The machine is shared with other engineers' builds and tests, so absolute figures move from run to run; the ratios between systems measured in the same run are the figures to compare.\n", rp.LoadBefore, rp.LoadAfter)
+	w("- code: %s\n", rp.Git)
+	w("- protoactor-go v0.0.0-20240822202345-3c0e61ca19c9, nats-server v2.15.3 (embedded, alone in its own OS process), nats.go v1.56.0\n\n")
+	w("## Shape\n\n")
+	w("Every node is a separate OS process on loopback. Node 0 runs %d publishers that send N messages in total; every node, node 0 included, has one collector subscribed. ", o.pubs)
+	w("msg/s = N / median over %d repetitions of the time from the first publish until the last node's collector counted N. ", o.reps)
+	w("A repetition counts only if every collector counted exactly N distinct messages, with no duplicate and no CursorExpired/BackPressure notice; a row marked INVALID says what was lost. ")
+	w("The payload is a `testpb.Stamp` whose `pad` has the stated size (plus an 8-byte sequence number that identifies the repetition, the publisher and the message). ")
+	w("EchoPubSub: PoolSize 1, BufferSize 2 x N, the collector subscribed `WithMaxQueueLen(1<<30)`, other settings the defaults (MaxBatchMessages 10,000, MaxBatchBytes 1 MiB, MaxPendingWrites 10,000), RemoteConfig on every node. ")
+	w("Peers: raw protoactor remote with `RemoteConfig` (node 0 sends each payload as its own message to each node's collector: the ceiling for unreliable delivery, what Phoenix's PG2 adapter does); protoactor cluster PubSub (one `BatchingProducer` per publisher, default batch size 2,000, a static member list, disthash identity lookup); NATS core (one connection per publisher, unlimited client pending limits); NATS JetStream (memory storage, one durable pull consumer per node with AckExplicit, MaxAckPending 20,000, every message acked; publishers use PublishAsync and wait for every PubAck).\n\n")
+
+	w("## Throughput\n\n![msg/s, log scale](benchmarks.svg)\n\n")
+	cols := rp.columns()
+	w("| system |")
+	for _, c := range cols {
+		w(" %d nodes, %d B |", c.nodes, c.pad)
+	}
+	w("\n|---|")
+	for range cols {
+		w("---:|")
+	}
+	w("\n")
+	for _, k := range rp.rows() {
+		w("| %s |", rowLabel(k))
+		for _, c := range cols {
+			if r, ok := rp.find(k.sys, c.nodes, k.iv, c.pad); ok {
+				w(" %s |", r.cell())
+			} else {
+				w(" |")
+			}
+		}
+		w("\n")
+	}
+	w("| *Elixir EchoPubSub on Fly.io (seed 001, other hardware: performance-4x), 100 ms* |")
+	for _, c := range cols {
+		w(" %s |", seedFigure(c.nodes, 100*time.Millisecond, c.pad))
+	}
+	w("\n| *Elixir EchoPubSub on Fly.io (seed 001, other hardware), 0 ms* |")
+	for _, c := range cols {
+		w(" %s |", seedFigure(c.nodes, 0, c.pad))
+	}
+	w("\n\nN per cell: ")
+	var ns []string
+	for _, r := range rp.throughput() {
+		ns = append(ns, fmt.Sprintf("%s %d nodes %d B: %s", shortName(r), r.Nodes, r.Pad, commas(float64(r.N))))
+	}
+	w("%s.\n\n", strings.Join(dedupe(ns), "; "))
+
+	w("### Ratios (same run)\n\n")
+	w("EchoPubSub's figure divided by the peer's, per column (a peer that lost or duplicated messages has no valid figure: the ratio is then taken against what it reached in its exact repetitions, if any, and marked).\n\n")
+	w("| EchoPubSub at | vs |")
+	for _, c := range cols {
+		w(" %d nodes, %d B |", c.nodes, c.pad)
+	}
+	w("\n|---|---|")
+	for range cols {
+		w("---:|")
+	}
+	w("\n")
+	for _, iv := range o.intervals {
+		for _, k := range rp.rows() {
+			if k.sys == sysOurs && k.iv == iv {
+				continue
+			}
+			w("| %v | %s |", iv, rowLabel(k))
+			for _, c := range cols {
+				a, ok1 := rp.find(sysOurs, c.nodes, iv, c.pad)
+				p, ok2 := rp.find(k.sys, c.nodes, k.iv, c.pad)
+				w(" %s |", ratio(a, p, ok1 && ok2))
+			}
+			w("\n")
+		}
+	}
+	w("\n")
+	rp.targets(&b)
+
+	if l := rp.latencies(); len(l) > 0 {
+		w("## Latency\n\nPublish to a remote subscriber (every node but node 0), %s msg/s offered by node 0 for %.0f s, %d nodes, %d B. Percentiles over every message every remote node received.\n\n", commas(float64(o.rate)), o.latSecs, o.nodes[0], o.payloads[0])
+		w("| system | messages | p50 ms | p99 ms | max ms | exact? |\n|---|---:|---:|---:|---:|---|\n")
+		for _, r := range l {
+			ok := "yes"
+			if !r.Valid {
+				ok = r.cell()
+			}
+			if r.Lat == nil {
+				w("| %s | | | | | %s |\n", rowLabel(rowKey{r.System, r.Interval}), ok)
+				continue
+			}
+			w("| %s | %d | %.2f | %.2f | %.2f | %s |\n", rowLabel(rowKey{r.System, r.Interval}), r.Lat.Count, r.Lat.P50, r.Lat.P99, r.Lat.Max, ok)
+		}
+		w("\n")
+	}
+
+	w("## Peak RSS per node\n\nVmHWM of each node process at the end of its scenario (node 0 publishes; the NATS server's own process is not counted), MiB.\n\n")
+	w("| scenario | N | node 0 / node 1 / ... |\n|---|---:|---|\n")
+	for _, r := range rp.throughput() {
+		w("| %s | %s | %s |\n", r.label(), commas(float64(r.N)), rssList(r.RSSKB))
+	}
+	w("\n")
+
+	w("## Every repetition\n\nSeconds per repetition (x: not exact; unique = the fewest distinct messages any node counted).\n\n| scenario | repetitions |\n|---|---|\n")
+	for _, r := range rp.results {
+		var parts []string
+		for _, rr := range r.Reps {
+			if rr.Valid {
+				parts = append(parts, fmt.Sprintf("%.3f", rr.Seconds))
+			} else {
+				var minU int64 = math.MaxInt64
+				var d, n int64
+				for i := range rr.Unique {
+					minU = min(minU, rr.Unique[i])
+					d += rr.Dups[i]
+					n += rr.Notices[i]
+				}
+				parts = append(parts, fmt.Sprintf("x (unique %d, dups %d, notices %d, publish errors %d %s)", minU, d, n, rr.PubErrs, rr.Why))
+			}
+		}
+		if r.Err != "" {
+			parts = append(parts, "error: "+r.Err)
+		}
+		w("| %s | %s |\n", r.label(), strings.Join(parts, ", "))
+	}
+	w("\n")
+
+	if rp.GoBench != "" {
+		w("## Go micro-benchmarks of the hot paths\n\n`go test -run '^$' -bench 'BenchmarkWrite$|BenchmarkBatch|BenchmarkFanOut' ./ringbuf/ ./messages/ ./actors/` (same run):\n\n```\n%s\n```\n\n", rp.GoBench)
+	}
+	var prof []result
+	for _, r := range rp.results {
+		if len(r.Profiles) > 0 {
+			prof = append(prof, r)
+		}
+	}
+	if len(prof) > 0 {
+		w("## CPU profiles\n\nOne extra repetition of each scenario below ran with a CPU profile of node 0 (the publishing node: publishers, producer, its own subscriber) and node 1 (a receiving node: worker, dispatcher, collector); `go tool pprof -top` of each. The repetition under profile is not in the figures above.\n\n")
+		for _, r := range prof {
+			for _, node := range []string{"n0", "n1"} {
+				for _, kind := range []string{"", "-cum"} {
+					if t, ok := r.Profiles[node+kind]; ok {
+						what := map[string]string{"": "flat", "-cum": "cumulative"}[kind]
+						w("<details><summary>%s, node %s (%s), %s</summary>\n\n```\n%s\n```\n</details>\n\n", r.label(), node[1:], map[string]string{"n0": "publisher", "n1": "receiver"}[node], what, trimProfile(t))
+					}
+				}
+			}
+		}
+	}
+	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "bench", "analysis.md")); err == nil {
+		w("%s\n", strings.TrimSpace(string(a)))
+	}
+	return b.String()
+}
+
+func trimProfile(t string) string {
+	var keep []string
+	for _, l := range strings.Split(t, "\n") {
+		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.TrimSpace(strings.Join(keep, "\n"))
+}
+
+func dedupe(xs []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func shortName(r result) string {
+	if r.System == sysOurs {
+		return fmt.Sprintf("EchoPubSub %v", r.Interval)
+	}
+	return r.System
+}
+
+// seedFigure is seed 001's Fly.io table (Elixir, other hardware).
+func seedFigure(nodes int, iv time.Duration, pad int) string {
+	t := map[[3]int]float64{
+		{3, 100, 10}: 79_445, {3, 100, 200}: 41_784, {3, 0, 10}: 1_319,
+		{4, 100, 10}: 75_468, {4, 100, 200}: 43_479, {4, 0, 10}: 787,
+	}
+	if v, ok := t[[3]int{nodes, int(iv / time.Millisecond), pad}]; ok {
+		return "*" + commas(v) + "*"
+	}
+	return ""
+}
+
+func ratio(a, p result, ok bool) string {
+	if !ok || a.MsgPerSec == 0 || p.MsgPerSec == 0 {
+		if ok && p.MsgPerSec == 0 && !p.Valid {
+			return "peer lost messages"
+		}
+		return ""
+	}
+	s := fmt.Sprintf("%.2fx", a.MsgPerSec/p.MsgPerSec)
+	if !a.Valid || !p.Valid {
+		s += " (not all reps exact)"
+	}
+	return s
+}
+
+// targets writes the issue's targets against this run.
+func (rp *report) targets(b *strings.Builder) {
+	w := func(format string, args ...interface{}) { fmt.Fprintf(b, format, args...) }
+	first := 3
+	if len(rp.opts.nodes) > 0 {
+		first = rp.opts.nodes[0]
+	}
+	get := func(sys string, iv time.Duration, pad int) (float64, bool) {
+		r, ok := rp.find(sys, first, iv, pad)
+		if !ok || !r.Valid {
+			return 0, false
+		}
+		return r.MsgPerSec, true
+	}
+	var lat0 *latResult
+	for _, r := range rp.latencies() {
+		if r.System == sysOurs && r.Interval == 0 && r.Valid {
+			lat0 = r.Lat
+		}
+	}
+	w("### Targets (issue 8, %d nodes)\n\n| target | measured | met? |\n|---|---|---|\n", first)
+	row := func(name string, have bool, val string, met bool) {
+		m := "no"
+		if !have {
+			m, val = "not measured", "-"
+		} else if met {
+			m = "yes"
+		}
+		w("| %s | %s | %s |\n", name, val, m)
+	}
+	o10, ok10 := get(sysOurs, 100*time.Millisecond, 10)
+	row("100 ms, 10 B >= 1,000,000 msg/s", ok10, commas(o10), o10 >= 1e6)
+	o200, ok200 := get(sysOurs, 100*time.Millisecond, 200)
+	row("100 ms, 200 B >= 500,000 msg/s", ok200, commas(o200), o200 >= 5e5)
+	z10, okz := get(sysOurs, 0, 10)
+	row("0 ms >= half of 100 ms (10 B)", okz && ok10, fmt.Sprintf("%s = %.2f of 100 ms", commas(z10), z10/math.Max(o10, 1)), z10 >= o10/2)
+	if lat0 != nil {
+		row("0 ms: p99 < 2 ms at 10,000 msg/s", true, fmt.Sprintf("p99 %.2f ms", lat0.P99), lat0.P99 < 2)
+	} else {
+		row("0 ms: p99 < 2 ms at 10,000 msg/s", false, "", false)
+	}
+	raw, okRaw := rp.find(sysRaw, first, 0, 10)
+	if okRaw && raw.MsgPerSec > 0 {
+		row("100 ms >= 2.5x raw fire-and-forget, nothing lost", ok10, fmt.Sprintf("%.2fx (raw: %s)", o10/raw.MsgPerSec, raw.cell()), o10 >= 2.5*raw.MsgPerSec)
+	} else if okRaw {
+		row("100 ms >= 2.5x raw fire-and-forget, nothing lost", ok10, fmt.Sprintf("raw has no exact repetition: %s", raw.cell()), ok10)
+	} else {
+		row("100 ms >= 2.5x raw fire-and-forget, nothing lost", false, "", false)
+	}
+	js, okJS := get(sysJetStream, 0, 10)
+	row("100 ms >= 20x JetStream with acks", ok10 && okJS, fmt.Sprintf("%.1fx", o10/math.Max(js, 1)), o10 >= 20*js)
+	nc, okNC := get(sysNATS, 0, 10)
+	row("100 ms >= NATS core", ok10 && okNC, fmt.Sprintf("%.2fx", o10/math.Max(nc, 1)), o10 >= nc)
+	w("\n")
+}
+
+// svg draws the throughput results as horizontal bars on a log scale.
+func (rp *report) svg() string {
+	type bar struct {
+		label string
+		v     float64
+		ok    bool
+		ours  bool
+		seed  bool
+		note  string
+	}
+	var bars []bar
+	for _, c := range rp.columns() {
+		for _, k := range rp.rows() {
+			r, ok := rp.find(k.sys, c.nodes, k.iv, c.pad)
+			if !ok {
+				continue
+			}
+			name := shortName(r)
+			b := bar{label: fmt.Sprintf("%d nodes %d B  %s", c.nodes, c.pad, name), v: r.MsgPerSec, ok: r.Valid, ours: r.System == sysOurs}
+			if !r.Valid {
+				b.note = "not exact"
+				if r.MsgPerSec == 0 {
+					b.note = "lost messages"
+				}
+			}
+			bars = append(bars, b)
+		}
+		for _, iv := range []time.Duration{100 * time.Millisecond, 0} {
+			if s := seedFigure(c.nodes, iv, c.pad); s != "" {
+				var v float64
+				fmt.Sscanf(strings.ReplaceAll(strings.Trim(s, "*"), ",", ""), "%f", &v)
+				bars = append(bars, bar{label: fmt.Sprintf("%d nodes %d B  Elixir %v (Fly.io, seed)", c.nodes, c.pad, iv), v: v, ok: true, seed: true})
+			}
+		}
+	}
+	const left, right, rowH, top = 330.0, 120.0, 18.0, 56.0
+	width := 1000.0
+	plotW := width - left - right
+	height := top + rowH*float64(len(bars)) + 40
+	lo, hi := 2.0, 7.0 // 100 .. 10M msg/s
+	x := func(v float64) float64 {
+		if v <= 0 {
+			return 0
+		}
+		l := math.Log10(v)
+		return plotW * math.Max(0, math.Min(1, (l-lo)/(hi-lo)))
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%.0f" y="18" font-size="14" font-weight="bold">Throughput, msg/s (log scale), every node a process on loopback, %d-core machine</text>`+"\n", 10.0, rp.NumCPU)
+	for e := lo; e <= hi; e++ {
+		xx := left + x(math.Pow(10, e))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/>`+"\n", xx, top-5, xx, height-30)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", xx, height-15, commas(math.Pow(10, e)))
+	}
+	for i, t := range []struct {
+		v     float64
+		label string
+	}{{5e5, "target 200 B (3 nodes, 100 ms)"}, {1e6, "target 10 B"}} {
+		xx := left + x(t.v)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#e08a00" stroke-dasharray="4 3"/>`+"\n", xx, top-20+float64(i)*12, xx, height-30)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#e08a00" font-size="10">%s</text>`+"\n", xx, top-22+float64(i)*12, t.label)
+	}
+	for i, br := range bars {
+		y := top + float64(i)*rowH
+		color := "#7a8ca3"
+		switch {
+		case br.seed:
+			color = "#c9c9c9"
+		case br.ours:
+			color = "#2b7bb9"
+		}
+		if !br.ok {
+			color = "#d9534f"
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+12, escape(br.label))
+		wv := x(br.v)
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="%.1f" height="%.0f" fill="%s"/>`+"\n", left, y+2, wv, rowH-4, color)
+		val := commas(br.v)
+		if br.v == 0 {
+			val = ""
+		}
+		if br.note != "" {
+			val = strings.TrimSpace(val + " (" + br.note + ")")
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", left+wv+4, y+12, escape(val))
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/test/testpb"
+)
+
+func nodeLog() zerolog.Logger {
+	return zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+}
+
+func hostPort(addr string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	return h, port, err
+}
+
+// collectorProps is the collector actor: it counts payloads and notices.
+func collectorProps(c *Collector, opts ...actor.PropsOption) *actor.Props {
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *testpb.Stamp:
+			if m.Publisher == "ping" {
+				if ctx.Sender() != nil {
+					ctx.Respond(m)
+				}
+				return
+			}
+			c.Add(m.Seq, m.SentUnixNano)
+		case *messages.CursorExpired, *messages.BackPressure, *messages.Undecodable:
+			c.Notice()
+			fmt.Fprintf(os.Stderr, "collector notice: %v\n", m)
+		}
+	}, opts...)
+}
+
+// ---- EchoPubSub ----
+
+type ours struct {
+	system *actor.ActorSystem
+	remote *remote.Remote
+	ps     *echopubsub.PubSub
+	peers  int
+}
+
+func startOurs(cfg nodeConfig, coll *Collector) (system, error) {
+	log := nodeLog()
+	host, port, err := hostPort(cfg.Addrs[cfg.Index])
+	if err != nil {
+		return nil, err
+	}
+	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
+	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log))
+	r.Start()
+	c := echopubsub.DefaultConfig("bench")
+	c.PoolSize = 1
+	c.BufferSize = cfg.Buffer
+	c.BatchInterval = cfg.BatchInterval
+	c.MaxQueueLen = 1 << 30 // the collector is never dropped for
+	if cfg.MaxBatchMessages > 0 {
+		c.MaxBatchMessages = cfg.MaxBatchMessages
+	}
+	if cfg.MaxPendingWrites > 0 {
+		c.MaxPendingWrites = cfg.MaxPendingWrites
+	}
+	ps, err := echopubsub.Start(sys, c, echopubsub.WithMembership(cluster.NewStatic(cfg.Addrs...)), echopubsub.WithLogger(log))
+	if err != nil {
+		r.Shutdown(false)
+		return nil, err
+	}
+	pid := sys.Root.Spawn(collectorProps(coll, actor.WithMailbox(echopubsub.SubscriberMailbox())))
+	if err := ps.Subscribe(pid, topic, echopubsub.WithMaxQueueLen(1<<30)); err != nil {
+		return nil, err
+	}
+	return &ours{system: sys, remote: r, ps: ps, peers: len(cfg.Addrs)}, nil
+}
+
+func (o *ours) ready() (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	gs, err := o.ps.Stats(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, g := range gs {
+		reg := 0
+		for _, n := range g.Nodes {
+			if n.Registered && !n.Absent {
+				reg++
+			}
+		}
+		if reg != o.peers {
+			return false, fmt.Sprintf("group %d registered with %d of %d nodes", g.Group, reg, o.peers)
+		}
+	}
+	return true, ""
+}
+
+func (o *ours) publish(_ int, m *testpb.Stamp) error { return o.ps.Broadcast(nil, topic, m) }
+
+func (o *ours) flush() error { return nil }
+
+func (o *ours) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = o.ps.Stop(ctx)
+	o.remote.Shutdown(false)
+}
+
+// ---- raw protoactor remote: one message per payload, fire and forget ----
+
+type raw struct {
+	system *actor.ActorSystem
+	remote *remote.Remote
+	local  *actor.PID
+	pids   []*actor.PID // every node's collector, this one's local
+}
+
+const rawCollector = "bench-collector"
+
+func startRaw(cfg nodeConfig, coll *Collector) (system, error) {
+	log := nodeLog()
+	host, port, err := hostPort(cfg.Addrs[cfg.Index])
+	if err != nil {
+		return nil, err
+	}
+	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
+	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log))
+	r.Start()
+	local, err := sys.Root.SpawnNamed(collectorProps(coll), rawCollector)
+	if err != nil {
+		return nil, err
+	}
+	rw := &raw{system: sys, remote: r, local: local}
+	for i, a := range cfg.Addrs {
+		if i == cfg.Index {
+			rw.pids = append(rw.pids, local)
+		} else {
+			rw.pids = append(rw.pids, actor.NewPID(a, rawCollector))
+		}
+	}
+	return rw, nil
+}
+
+func (r *raw) ready() (bool, string) {
+	for _, p := range r.pids {
+		if _, err := r.system.Root.RequestFuture(p, &testpb.Stamp{Publisher: "ping"}, 2*time.Second).Result(); err != nil {
+			return false, fmt.Sprintf("ping %s: %v", p.Address, err)
+		}
+	}
+	return true, ""
+}
+
+func (r *raw) publish(_ int, m *testpb.Stamp) error {
+	for _, p := range r.pids {
+		r.system.Root.Send(p, m)
+	}
+	return nil
+}
+
+func (r *raw) flush() error { return nil }
+
+func (r *raw) close() { r.remote.Shutdown(false) }
+
+// ---- protoactor cluster PubSub (BatchingProducer) ----
+
+// staticProvider is a cluster provider with a fixed member list: every node
+// is given every address (the automanaged provider needs an HTTP server
+// per node and a dependency the module does not have).
+type staticProvider struct{ addrs []string }
+
+func (p *staticProvider) StartMember(c *pcluster.Cluster) error {
+	var members pcluster.Members
+	for _, a := range p.addrs {
+		h, port, err := hostPort(a)
+		if err != nil {
+			return err
+		}
+		members = append(members, &pcluster.Member{Id: a, Host: h, Port: int32(port), Kinds: c.GetClusterKinds()})
+	}
+	c.MemberList.UpdateClusterTopology(members)
+	return nil
+}
+func (p *staticProvider) StartClient(*pcluster.Cluster) error { return nil }
+func (p *staticProvider) Shutdown(bool) error                 { return nil }
+
+type clusterPS struct {
+	c         *pcluster.Cluster
+	producers []*pcluster.BatchingProducer
+	last      []*pcluster.ProduceProcessInfo
+	coll      *actor.PID
+	n         int
+	subbed    bool
+}
+
+func startCluster(cfg nodeConfig, coll *Collector) (system, error) {
+	log := nodeLog()
+	host, port, err := hostPort(cfg.Addrs[cfg.Index])
+	if err != nil {
+		return nil, err
+	}
+	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
+	rc := echopubsub.RemoteConfig(host, port, log)
+	ccfg := pcluster.Configure("bench", &staticProvider{addrs: cfg.Addrs}, disthash.New(), rc,
+		pcluster.WithRequestTimeout(5*time.Second))
+	c := pcluster.New(sys, ccfg)
+	c.StartMember()
+	cp := &clusterPS{c: c, n: len(cfg.Addrs), coll: sys.Root.Spawn(collectorProps(coll))}
+	for i := 0; i < max(cfg.Pubs, 1); i++ {
+		cp.producers = append(cp.producers, c.BatchingProducer(topic, pcluster.WithBatchingProducerPublishTimeout(30*time.Second)))
+	}
+	cp.last = make([]*pcluster.ProduceProcessInfo, len(cp.producers))
+	return cp, nil
+}
+
+func (cp *clusterPS) ready() (bool, string) {
+	if n := cp.c.MemberList.Members().Len(); n != cp.n {
+		return false, fmt.Sprintf("%d of %d members", n, cp.n)
+	}
+	if !cp.subbed {
+		if _, err := cp.c.SubscribeByPid(topic, cp.coll); err != nil {
+			return false, "subscribe: " + err.Error()
+		}
+		cp.subbed = true
+	}
+	return true, ""
+}
+
+func (cp *clusterPS) publish(pub int, m *testpb.Stamp) error {
+	info, err := cp.producers[pub].Produce(context.Background(), m)
+	if err != nil {
+		return err
+	}
+	cp.last[pub] = info
+	return nil
+}
+
+func (cp *clusterPS) flush() error {
+	for _, info := range cp.last {
+		if info == nil {
+			continue
+		}
+		select {
+		case <-info.Finished:
+			if info.Err != nil {
+				return info.Err
+			}
+		case <-time.After(60 * time.Second):
+			return fmt.Errorf("batching producer did not finish in 60s")
+		}
+	}
+	return nil
+}
+
+func (cp *clusterPS) close() {
+	for _, p := range cp.producers {
+		p.Dispose()
+	}
+	cp.c.Shutdown(false)
+}
