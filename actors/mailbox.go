@@ -54,16 +54,8 @@ func (m *countingMailbox) PostSystemMessage(message interface{}) {
 	m.Mailbox.PostSystemMessage(message)
 }
 
-// queueLen returns the queued user messages of pid's mailbox, and false when
-// pid has no counting mailbox (or is not running).
-func queueLen(pid *actor.PID) (int, bool) {
-	mb, ok := mailboxes.Load(pidKey(pid))
-	if !ok {
-		return 0, false
-	}
-	return mb.(*countingMailbox).UserMessageCount(), true
-}
-
+// lookupMailbox returns pid's counting mailbox, or nil when pid has none (or
+// is not running).
 func lookupMailbox(pid *actor.PID) *countingMailbox {
 	mb, ok := mailboxes.Load(pidKey(pid))
 	if !ok {
