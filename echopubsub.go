@@ -168,7 +168,11 @@ func (ps *PubSub) waitReady() error {
 	}
 	for _, tg := range targets {
 		for {
-			_, err := ps.rt.System.Root.RequestFuture(tg.pid, tg.msg, time.Until(deadline)).Result()
+			left := time.Until(deadline)
+			if left <= 0 { // protoactor treats a negative timeout as none at all
+				return fmt.Errorf("%s: %w", tg.pid.Id, actor.ErrTimeout)
+			}
+			_, err := ps.rt.System.Root.RequestFuture(tg.pid, tg.msg, left).Result()
 			if err == nil {
 				break
 			}
@@ -361,8 +365,11 @@ func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
 	var out []GroupStats
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
 		timeout := ps.rt.Cfg.CallTimeout
-		if dl, ok := ctx.Deadline(); ok {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
 			timeout = time.Until(dl)
+		}
+		if timeout <= 0 { // protoactor treats a negative timeout as none at all
+			return nil, fmt.Errorf("echopubsub: stats: %w", context.DeadlineExceeded)
 		}
 		res, err := ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.StatsQuery{}, timeout).Result()
 		if err != nil {
