@@ -1,11 +1,9 @@
 package echopubsub_test
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,47 +24,16 @@ import (
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
-// capturedLog is a log that goes to the test output and is kept for
-// assertions on what the node said.
-type capturedLog struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	t    testing.TB
-	done bool
-}
-
-func (c *capturedLog) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.buf.Write(p)
-	if !c.done {
-		c.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (c *capturedLog) contains(s string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return strings.Contains(c.buf.String(), s)
-}
-
-func newCapturedLog(t testing.TB) (*capturedLog, zerolog.Logger) {
-	c := &capturedLog{t: t}
-	t.Cleanup(func() { c.mu.Lock(); c.done = true; c.mu.Unlock() })
-	return c, zerolog.New(c).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-}
-
 // hostileTarget is two honest nodes; the hostile peer attacks nodes[0].
 type hostileTarget struct {
 	nodes []*test.Node
-	logs  *capturedLog
+	logs  *test.Captured
 	cs    []*test.Collector
 	seq   uint64
 }
 
 func startHostileTarget(t *testing.T) *hostileTarget {
-	logs, log := newCapturedLog(t)
+	log, logs := test.CapturingLogger(t, zerolog.InfoLevel)
 	h := &hostileTarget{logs: logs}
 	var addrs []string
 	for i := 0; i < 2; i++ {
@@ -217,7 +184,7 @@ func TestHostilePeerWire(t *testing.T) {
 				t.Errorf("stream ended with %v, want code %v", err, tc.code)
 			}
 			if tc.log != "" {
-				test.Eventually(t, 5*time.Second, func() bool { return h.logs.contains(tc.log) },
+				test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains(tc.log) },
 					test.Sprintf("the node did not log %q", tc.log))
 			}
 			h.stillServes(t)
@@ -318,7 +285,7 @@ func TestHostilePeerProtocol(t *testing.T) {
 		b = bat(1, 111, entry(7))
 		b.TopicIndex[0] = 9 // a topic index out of range
 		wantAck(ask(b), messages.AckStatus_ACK_STATUS_REJECTED, 0, "malformed batch")
-		test.Eventually(t, 5*time.Second, func() bool { return h.logs.contains("rejected batch") },
+		test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains("rejected batch") },
 			test.Sprintf("rejections were not logged"))
 	})
 	t.Run("huge batch within the limit", func(t *testing.T) {
