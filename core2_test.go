@@ -22,7 +22,6 @@ func TestWorkerCrashMidBatchIsReplayed(t *testing.T) {
 	cfg.BatchInterval = 50 * time.Millisecond
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	crashed := false
 	nodes[1].Faults.SetOnDeliver(func(from string, cursor uint64) {
 		if cursor == 2 && !crashed {
@@ -44,7 +43,6 @@ func TestWorkerCrashMidBatchIsReplayed(t *testing.T) {
 func TestWorkerAcksThenCrashesLosesNothing(t *testing.T) {
 	nodes := test.StartCluster(t, 2, fastConfig())
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	crashed := false
 	nodes[1].Faults.SetOnAcked(func(from string, req proto.Message) {
 		if _, ok := req.(*messages.Batch); ok && !crashed {
@@ -68,7 +66,6 @@ func TestPerSenderOrderWithPool(t *testing.T) {
 	cfg.PoolSize = 4
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match", echopubsub.WithMetadata())
-	waitJoined(t, nodes)
 	const senders, each = 8, 40
 	for i := uint64(1); i <= each; i++ {
 		for s := 0; s < senders; s++ {
@@ -101,7 +98,6 @@ func TestStalledNodeDoesNotDelayOthers(t *testing.T) {
 	nodes := test.StartCluster(t, 3, fastConfig())
 	fast := nodes[1].Subscribe(t, "match")
 	slow := nodes[2].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	gate := make(chan struct{})
 	nodes[2].Faults.SetOnReceive(func(from string, req proto.Message) {
 		if _, ok := req.(*messages.Batch); ok {
@@ -125,7 +121,6 @@ func TestBroadcastFromLocalBroadcastAndActorBroadcast(t *testing.T) {
 	a := nodes[0].Subscribe(t, "match")
 	b := nodes[0].Subscribe(t, "match")
 	r := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 
 	if err := nodes[0].PS.BroadcastFrom(a.PID, "match", stamp(1)); err != nil {
 		t.Fatal(err)
@@ -163,7 +158,6 @@ func TestSubscribeTwiceDeliversTwiceAndUnsubscribe(t *testing.T) {
 	if err := nodes[1].PS.Subscribe(c.PID, "match"); err != nil {
 		t.Fatal(err)
 	}
-	waitJoined(t, nodes)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	wantStamps(t, c, 1, 1)
 	if err := nodes[1].PS.Unsubscribe(c.PID, "match"); err != nil {
@@ -177,7 +171,6 @@ func TestSubscribeTwiceDeliversTwiceAndUnsubscribe(t *testing.T) {
 
 func TestStopIsIdempotent(t *testing.T) {
 	nodes := test.StartCluster(t, 2, fastConfig())
-	waitJoined(t, nodes)
 	nodes[0].StopPubSub(t)
 	nodes[0].StopPubSub(t)
 	if err := nodes[0].PS.Broadcast(nil, "match", stamp(1)); err != echopubsub.ErrStopped {

@@ -39,7 +39,6 @@ func TestBroadcastReachesEveryNode(t *testing.T) {
 	for _, nd := range nodes {
 		cs = append(cs, nd.Subscribe(t, "match"))
 	}
-	waitJoined(t, nodes)
 	for i := uint64(1); i <= 5; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
@@ -54,7 +53,6 @@ func TestDirectBroadcastReachesOnlyTarget(t *testing.T) {
 	for _, nd := range nodes {
 		cs = append(cs, nd.Subscribe(t, "match"))
 	}
-	waitJoined(t, nodes)
 	if err := nodes[0].PS.DirectBroadcast(nodes[2].Addr, "match", stamp(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +65,6 @@ func TestDirectBroadcastReachesOnlyTarget(t *testing.T) {
 func TestCatchUpAfterDisconnect(t *testing.T) {
 	nodes := test.StartCluster(t, 2, fastConfig())
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	wantStamps(t, c, 1)
 	test.Partition(nodes, 1)
@@ -87,7 +84,6 @@ func TestCatchUpAfterDisconnect(t *testing.T) {
 func TestHeldMessagesReplayInOrder(t *testing.T) {
 	nodes := test.StartCluster(t, 3, fastConfig())
 	c := nodes[2].Subscribe(t, "match", echopubsub.WithMetadata())
-	waitJoined(t, nodes)
 	test.Partition(nodes, 2)
 	var want []uint64
 	for i := uint64(1); i <= 50; i++ {
@@ -124,14 +120,16 @@ func TestNewJoinerGetsOnlyLaterMessages(t *testing.T) {
 	nodes[0].Faults.Cut(nodes[2].Addr)
 	nodes[0].Start(t, cfg, static())
 	nodes[1].Start(t, cfg, static())
-	waitJoined(t, nodes[:2])
 	for i := uint64(1); i <= 3; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
 	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == 3 }, test.Sprintf("written"))
+	// Not a settling wait: it makes 1..3 history. A write within one probe
+	// round trip of a node's start is concurrent with it and may be
+	// delivered (see "Joined" in the package doc); 300 ms is far outside.
+	time.Sleep(300 * time.Millisecond)
 	nodes[2].Start(t, cfg, static())
 	nodes[0].Faults.HealAll()
-	waitJoined(t, nodes)
 	c := nodes[2].Subscribe(t, "match")
 	nodes[0].Broadcast(t, "match", stamp(4))
 	wantStamps(t, c, 4)
@@ -145,6 +143,8 @@ func TestCursorExpiredAfterElevenMessagesWithBufferTen(t *testing.T) {
 	cfg.BufferSize = 10
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
+	// About a joined node's cursor falling behind (Missed is exact then); a
+	// node cut off before its join is TestStartupPartitionLongerThanBuffer.
 	waitJoined(t, nodes)
 	test.Partition(nodes, 1)
 	for i := uint64(1); i <= 11; i++ {
@@ -168,7 +168,6 @@ func TestExpiryNeverReplaysOverwrittenSlot(t *testing.T) {
 	cfg.BufferSize = 4
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	nodes[0].Broadcast(t, "match", stamp(0))
 	wantStamps(t, c, 0)
 	test.Partition(nodes, 1)
@@ -189,7 +188,6 @@ func TestProducerRestartedWhileAwayExpires(t *testing.T) {
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
 	local := nodes[0].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	wantStamps(t, c, 1)
 	test.Partition(nodes, 1)
@@ -220,7 +218,6 @@ func TestBatchIntervalGroupsRapidSends(t *testing.T) {
 	cfg.BatchInterval = 200 * time.Millisecond
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	batches := nodes[1].Faults.CountBatches()
 	for i := uint64(1); i <= 20; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
@@ -234,7 +231,6 @@ func TestBatchIntervalGroupsRapidSends(t *testing.T) {
 func TestOwnSubscriberGetsMessageExactlyOnce(t *testing.T) {
 	nodes := test.StartCluster(t, 3, fastConfig())
 	c := nodes[0].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	wantStamps(t, c, 1)
 	// Wait until every node acknowledged, then make sure nothing more came.
@@ -252,7 +248,6 @@ func TestOwnSubscriberGetsMessageExactlyOnce(t *testing.T) {
 
 func TestReadCursorsEqualWriteCursorAfterFlush(t *testing.T) {
 	nodes := test.StartCluster(t, 3, fastConfig())
-	waitJoined(t, nodes)
 	for i := uint64(1); i <= 7; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
@@ -273,7 +268,6 @@ func TestReadCursorsEqualWriteCursorAfterFlush(t *testing.T) {
 func TestReceiveFaultThenRetryDelivers(t *testing.T) {
 	nodes := test.StartCluster(t, 2, fastConfig())
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	nodes[1].Faults.DropReceived(1)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	wantStamps(t, c, 1)
@@ -282,7 +276,6 @@ func TestReceiveFaultThenRetryDelivers(t *testing.T) {
 func TestDeliveryAfterSeveralRetryCycles(t *testing.T) {
 	nodes := test.StartCluster(t, 2, fastConfig())
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	nodes[1].Faults.DropReceived(4)
 	nodes[0].Broadcast(t, "match", stamp(1))
 	nodes[0].Broadcast(t, "match", stamp(2))
@@ -294,7 +287,6 @@ func TestExpiryNoticeIsRetriedAndProducerSurvives(t *testing.T) {
 	cfg.BufferSize = 4
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
-	waitJoined(t, nodes)
 	test.Partition(nodes, 1)
 	for i := uint64(1); i <= 6; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
@@ -324,6 +316,8 @@ func TestCapacityWarning(t *testing.T) {
 				}
 			})
 			defer nodes[0].System.EventStream.Unsubscribe(sub)
+			// Lag is counted from a joined node's cursor: before its join a
+			// node has no cursor and nothing is held for it.
 			waitJoined(t, nodes)
 			test.Partition(nodes, 1)
 			for i := 1; i <= tc.held; i++ {
@@ -340,11 +334,10 @@ func TestCapacityWarning(t *testing.T) {
 	}
 }
 
-// A node counts as joined from its first successful registration. Writes a
-// producer made while it was still trying to reach the node are not
-// replayed, but a subscriber already there is told, never left with a
-// silent gap.
-func TestWritesBeforeJoinAreToldNotSkippedSilently(t *testing.T) {
+// A node is owed every message written after its pubsub started, however
+// long the producer takes to reach it: writes made while the link was cut
+// are delivered once it heals, in order, and nobody is told anything.
+func TestWritesWhileBeingReachedAreDelivered(t *testing.T) {
 	cfg := fastConfig()
 	log := test.Logger(t, zerolog.InfoLevel)
 	var nodes []*test.Node
@@ -362,7 +355,9 @@ func TestWritesBeforeJoinAreToldNotSkippedSilently(t *testing.T) {
 	nodes[0].Broadcast(t, "match", stamp(1)) // written while node 1 is being reached
 	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == 1 }, test.Sprintf("written"))
 	test.Heal(nodes)
-	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](c) == 1 }, c.Describe)
 	nodes[0].Broadcast(t, "match", stamp(2))
-	wantStamps(t, c, 2)
+	wantStamps(t, c, 1, 2)
+	if n := test.Count[*messages.CursorExpired](c); n != 0 {
+		t.Fatalf("false alarm: %d CursorExpired: %s", n, c.Describe())
+	}
 }

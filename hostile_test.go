@@ -216,9 +216,17 @@ func TestHostilePeerProtocol(t *testing.T) {
 		return &messages.Entry{Topic: "hostile", PayloadType: typ, Payload: b}
 	}
 	base := func() (uint32, string, string, uint64, uint32) { return 1, "scores", "hostile-node", 1, 0 }
+	// reg is a join at next, for the worker incarnation a probe reports.
 	reg := func(inc, next uint64) *messages.Register {
+		t.Helper()
 		v, name, node, _, g := base()
-		return &messages.Register{ProtocolVersion: v, PubsubName: name, ProducerNode: node, ProducerIncarnation: inc, Group: g, NextCursor: next}
+		probe := &messages.Register{ProtocolVersion: v, PubsubName: name, ProducerNode: node, ProducerIncarnation: inc, Group: g}
+		ack, ok := ask(probe).(*messages.RegisterAck)
+		if !ok || ack.WorkerIncarnation == 0 {
+			t.Fatalf("probe answered %v", ack)
+		}
+		return &messages.Register{ProtocolVersion: v, PubsubName: name, ProducerNode: node, ProducerIncarnation: inc, Group: g,
+			NextCursor: next, Join: true, WorkerIncarnation: ack.WorkerIncarnation}
 	}
 	bat := func(inc, first uint64, entries ...*messages.Entry) *messages.Batch {
 		v, name, node, _, g := base()

@@ -80,18 +80,36 @@ type peer struct {
 	m          cluster.Member
 	worker     *actor.PID
 	next       uint64 // next-needed cursor: everything below it is acked
-	registered bool   // handshake done for this producer incarnation
-	ever       bool   // ever registered: next is a real cursor, not a seed
-	missed     bool   // forgotten once and missed writes: tell it on register
-	since      uint64 // write cursor when this producer started to reach the node
-	inFlight   bool
-	retrying   bool
-	absent     bool
-	failures   int
-	lastErr    string
+	registered bool   // joined the worker incarnation workerInc
+	// workerInc is the worker incarnation this producer last joined (0:
+	// never); next is that worker's cursor.
+	workerInc uint64
+	// since is the latest bound, on this producer's clock, before which the
+	// worker incarnation sinceInc had not started (see register).
+	since    int64
+	sinceInc uint64
+	probes   int // probes of this registration so far
+	inFlight bool
+	retrying bool
+	absent   bool
+	failures int
+	lastErr  string
 
 	retryCancel, forgetCancel scheduler.CancelFunc
 }
+
+// epoch is the origin of the producers' monotonic write times.
+var epoch = time.Now()
+
+func monotonic() int64 { return int64(time.Since(epoch)) }
+
+// probeRTT is the round trip under which a probe's answer is taken as it
+// is; a slower one (a request queued while the connection was being made)
+// is followed by another probe, up to maxProbes.
+const (
+	probeRTT  = 20 * time.Millisecond
+	maxProbes = 5
+)
 
 type producer struct {
 	cfg     Config
@@ -107,7 +125,6 @@ type producer struct {
 	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
 	inc         uint64
 	peers       map[string]*peer
-	forgotten   map[string]uint64 // node -> write cursor when forgotten
 	sched       *scheduler.TimerScheduler
 	flushCancel scheduler.CancelFunc
 	timer       bool
@@ -164,7 +181,6 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.ring = ring
 		p.inc = uint64(time.Now().UnixNano())
 		p.peers = map[string]*peer{}
-		p.forgotten = map[string]uint64{}
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
 		p.log.Info().Uint64("incarnation", p.inc).Bool("restarted", p.restarted).Msg("producer started")
 		if p.restarted {
@@ -217,7 +233,7 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 	default:
 	}
 	e := &w.Entry
-	c, err := p.ring.Write(e)
+	c, err := p.ring.WriteAt(e, monotonic())
 	if err != nil {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
@@ -347,38 +363,94 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	})
 }
 
+// register joins pe's worker in two steps (see messages.Register): a probe
+// learns the worker's view, then the producer decides where the node's
+// stream starts, and a join tells the worker. The cursor decision itself is
+// ringbuf's: Decide from the worker's own cursor when it knows this producer
+// or this producer knows it, Join from the worker's start otherwise.
 func (p *producer) register(ctx actor.Context, pe *peer) {
-	if !pe.ever {
-		// A node counts as joined from its first successful registration and
-		// is seeded at the write cursor then: no backlog. If writes happened
-		// while we were trying to reach it, its subscribers (if it already
-		// has any) may have missed them: say so, rather than skip silently.
-		pe.next = p.ring.WriteCursor()
-		if pe.since < pe.next {
-			pe.missed = true
-		}
-	}
+	sent := time.Now()
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
-		ProducerIncarnation: p.inc, Group: p.group, NextCursor: pe.next, MissedWrites: pe.missed}
+		ProducerIncarnation: p.inc, Group: p.group}
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.RegisterAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			pe.probes = 0
 			return p.nack(pe, res)
 		}
-		// The worker may already hold more than we think (an ack was lost):
-		// trust it only within what was written.
-		if ack.NextCursor > pe.next && ack.NextCursor <= p.ring.WriteCursor() {
-			pe.next = ack.NextCursor
+		rtt := time.Since(sent)
+		if ack.Known {
+			p.joined(ctx, pe, ack)
+			return true
 		}
-		if pe.m.Incarnation != 0 && ack.WorkerIncarnation != 0 && ack.WorkerIncarnation != pe.m.Incarnation {
-			p.log.Info().Str("node", pe.m.Name).Msg("node restarted: resuming from its read cursor")
+		// The worker's pubsub started ack.StartedAgoNanos before it answered,
+		// and it answered after we sent: so not before sent - age, on our
+		// clock. Several probes keep the tightest bound.
+		since := int64(sent.Sub(epoch)) - int64(ack.StartedAgoNanos)
+		if pe.sinceInc != ack.WorkerIncarnation || since > pe.since {
+			pe.since, pe.sinceInc = since, ack.WorkerIncarnation
 		}
-		pe.m.Incarnation = ack.WorkerIncarnation
-		pe.registered, pe.ever, pe.missed = true, true, false
-		p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Msg("registered with node")
-		p.service(ctx, pe)
+		pe.probes++
+		if rtt > probeRTT && pe.probes < maxProbes {
+			p.register(ctx, pe) // answered late: a fresh probe bounds the start tighter
+			return true
+		}
+		p.join(ctx, pe, ack)
 		return true
 	})
+}
+
+// join decides where pe's worker starts and seeds it there.
+func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) {
+	pe.probes = 0
+	var d ringbuf.Decision
+	switch {
+	case pe.workerInc != 0 && pe.workerInc == ack.WorkerIncarnation:
+		// The worker dropped us (absent past ForgetAfter) but we know its
+		// cursor: it is owed everything from there.
+		var err error
+		if d, err = p.ring.Decide(pe.next); err != nil {
+			d = ringbuf.Decision{Kind: ringbuf.Expired, To: p.ring.WriteCursor()}
+		}
+	case ack.Forgot:
+		// Both sides forgot: where the node was is not known.
+		d = ringbuf.Decision{Kind: ringbuf.Expired, To: p.ring.WriteCursor()}
+	default:
+		// A node this producer never reached in this incarnation: it is owed
+		// what was written since it started.
+		d = p.ring.Join(pe.since)
+	}
+	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From}
+	if d.Kind == ringbuf.Expired {
+		req.NextCursor, req.MissedWrites = d.To, true
+		p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
+	}
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.RegisterAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK || !ack.Known {
+			return p.nack(pe, res)
+		}
+		p.joined(ctx, pe, ack)
+		return true
+	})
+}
+
+// joined takes the worker's cursor for this producer incarnation.
+func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck) {
+	pe.probes = 0
+	if ack.NextCursor > p.ring.WriteCursor() { // never written by this incarnation: say so, resume at the write cursor
+		p.log.Error().Str("node", pe.m.Name).Uint64("worker_next", ack.NextCursor).Uint64("write", p.ring.WriteCursor()).
+			Msg("worker expects a cursor this producer never wrote")
+		ack.NextCursor = p.ring.WriteCursor()
+	}
+	if pe.workerInc != 0 && pe.workerInc != ack.WorkerIncarnation {
+		p.log.Info().Str("node", pe.m.Name).Msg("node restarted: it gets what was written since")
+	}
+	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
+	pe.m.Incarnation = ack.WorkerIncarnation
+	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Msg("registered with node")
+	p.service(ctx, pe)
 }
 
 // nack handles an answer that is not OK. It returns false to have the call
@@ -454,11 +526,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	switch ev.Kind {
 	case cluster.Joined, cluster.Updated:
 		if pe == nil {
-			_, missed := p.forgotten[m.Name]
-			missed = missed && p.forgotten[m.Name] < p.ring.WriteCursor()
-			delete(p.forgotten, m.Name)
-			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group)), missed: missed,
-				since: p.ring.WriteCursor()}
+			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group))}
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
@@ -496,8 +564,7 @@ func (p *producer) forget(node string) {
 		return
 	}
 	delete(p.peers, node)
-	p.forgotten[node] = p.ring.WriteCursor()
-	p.log.Info().Str("node", node).Msg("forgot node after ForgetAfter: it will be told CursorExpired if it returns after missing writes")
+	p.log.Info().Str("node", node).Msg("forgot node after ForgetAfter: if it returns, its worker's cursor decides what it gets")
 }
 
 func (p *producer) stats() *GroupStats {
@@ -513,7 +580,7 @@ func (p *producer) stats() *GroupStats {
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
 		}
-		if !pe.ever { // not joined yet: nothing is held for it
+		if pe.workerInc == 0 { // not joined yet: nothing is held for it
 			ns.Lag, ns.Next = 0, gs.WriteCursor
 		}
 		gs.Nodes = append(gs.Nodes, ns)

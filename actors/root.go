@@ -31,7 +31,10 @@ type Runtime struct {
 	System      *actor.ActorSystem
 	Node        string
 	Incarnation uint64
-	Dispatcher  *Dispatcher
+	// Started is when Start began (monotonic): the node is owed every
+	// message written after it.
+	Started    time.Time
+	Dispatcher *Dispatcher
 	// Credits bound each producer's queued writes (Config.MaxPendingWrites):
 	// a Broadcast takes one before sending a Write, the producer returns it
 	// when it handles the Write.
@@ -46,7 +49,8 @@ type Runtime struct {
 
 // NewRuntime builds the shared parts of a pubsub on system.
 func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHook, log zerolog.Logger) *Runtime {
-	rt := &Runtime{Cfg: cfg, System: system, Node: node, Incarnation: uint64(time.Now().UnixNano()), Hook: hook,
+	started := time.Now()
+	rt := &Runtime{Cfg: cfg, System: system, Node: node, Incarnation: uint64(started.UnixNano()), Started: started, Hook: hook,
 		Log: log.With().Str("pubsub", cfg.Name).Str("node", node).Logger()}
 	rt.Dispatcher = newDispatcher(system, node, rt.Log)
 	rt.done = make(chan struct{})
@@ -109,7 +113,7 @@ func (r *root) Receive(ctx actor.Context) {
 				supervision.Child{Name: "producer", Props: actor.PropsFromProducer(
 					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
 				supervision.Child{Name: "worker", Props: actor.PropsFromProducer(
-					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Dispatcher, rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
+					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, rt.Dispatcher, rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
 			)
 			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
 				rt.Log.Error().Err(err).Msg("spawn pool group")

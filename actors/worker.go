@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -19,31 +20,42 @@ type known struct {
 	// expected is the next cursor to deliver: everything below it was handed
 	// to the subscribers. Entries below it are redeliveries and are skipped.
 	expected uint64
+	seen     time.Time // last request from this producer
 }
+
+// maxProducers bounds a worker's producer table: one entry per producing
+// node (a restarted node replaces its entry), so it is reached only by a
+// peer inventing names. A join past it is refused, and the producer retries.
+const maxProducers = 1024
 
 // workerTable outlives a crash of the worker actor: the group hands it to
 // the restarted incarnation (one incarnation runs at a time). Losing it
 // would let a producer restart during a worker restart go unnoticed.
 type workerTable struct {
 	producers map[string]*known
+	// forgot holds producer nodes dropped after ForgetAfter without a
+	// request, so their return is told rather than taken for a first join.
+	forgot    map[string]struct{}
+	lastPrune time.Time
 }
 
 type worker struct {
-	cfg   Config
-	group uint32
-	node  string
-	inc   uint64 // this node's incarnation
-	table *workerTable
-	d     *Dispatcher
-	hook  FaultHook
-	log   zerolog.Logger
+	cfg     Config
+	group   uint32
+	node    string
+	inc     uint64    // this node's incarnation
+	started time.Time // when this node's pubsub started (monotonic)
+	table   *workerTable
+	d       *Dispatcher
+	hook    FaultHook
+	log     zerolog.Logger
 }
 
-func newWorker(cfg Config, group uint32, node string, inc uint64, d *Dispatcher, hook FaultHook, log zerolog.Logger) actor.Producer {
-	table := &workerTable{producers: map[string]*known{}}
+func newWorker(cfg Config, group uint32, node string, inc uint64, started time.Time, d *Dispatcher, hook FaultHook, log zerolog.Logger) actor.Producer {
+	table := &workerTable{producers: map[string]*known{}, forgot: map[string]struct{}{}}
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
-		return &worker{cfg: cfg, group: group, node: node, inc: inc, table: table, d: d, hook: hook, log: log}
+		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, log: log}
 	}
 }
 
@@ -102,31 +114,80 @@ func (w *worker) reject(what, node string, err error) *messages.BatchAck {
 	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_REJECTED, WorkerNode: w.node, WorkerIncarnation: w.inc, Error: err.Error()}
 }
 
+// register answers a probe with the worker's view, or seeds the worker with a
+// join. Neither can move a cursor backwards or skip one forwards: a probe
+// changes nothing, and a join only creates the entry of a producer
+// incarnation the worker does not hold yet.
 func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
-		r := w.reject("registration", m.ProducerNode, err)
-		return &messages.RegisterAck{Status: r.Status, WorkerNode: w.node, WorkerIncarnation: w.inc, Error: r.Error}
+		return w.refuse("registration", m.ProducerNode, err)
 	}
+	w.prune()
 	k := w.table.producers[m.ProducerNode]
-	switch {
-	case k == nil:
-		k = &known{incarnation: m.ProducerIncarnation, expected: m.NextCursor}
-		w.table.producers[m.ProducerNode] = k
-		if m.MissedWrites {
-			w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "writes made while this node was being reached were not replayed"})
-		}
-	case k.incarnation != m.ProducerIncarnation:
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
-		k.incarnation, k.expected = m.ProducerIncarnation, m.NextCursor
-	case m.MissedWrites:
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "writes made while this node was away were not replayed"})
-		k.expected = m.NextCursor
-	case m.NextCursor > k.expected:
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "producer skipped messages"})
-		k.expected = m.NextCursor
+	if k != nil && m.ProducerIncarnation < k.incarnation {
+		return w.refuse("registration", m.ProducerNode, fmt.Errorf("producer incarnation %d is older than the one this node holds (%d): a stale request", m.ProducerIncarnation, k.incarnation))
 	}
-	w.log.Debug().Str("producer", m.ProducerNode).Uint64("next", k.expected).Msg("producer registered")
-	return &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc, NextCursor: k.expected}
+	if m.Join {
+		if m.WorkerIncarnation != w.inc {
+			return w.refuse("join", m.ProducerNode, fmt.Errorf("join computed for incarnation %d of this node, which is %d now", m.WorkerIncarnation, w.inc))
+		}
+		switch {
+		case k == nil && len(w.table.producers) >= maxProducers:
+			return w.refuse("join", m.ProducerNode, fmt.Errorf("producer table full (%d producers)", maxProducers))
+		case k == nil:
+			k = &known{incarnation: m.ProducerIncarnation, expected: m.NextCursor}
+			w.table.producers[m.ProducerNode] = k
+			delete(w.table.forgot, m.ProducerNode)
+			if m.MissedWrites {
+				w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
+			}
+		case k.incarnation != m.ProducerIncarnation:
+			// Whatever the old incarnation wrote and did not deliver is gone.
+			w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
+			k.incarnation, k.expected = m.ProducerIncarnation, m.NextCursor
+		}
+		// else: this producer incarnation joined already (a retried or late
+		// join): keep the worker's own cursor.
+		w.log.Debug().Str("producer", m.ProducerNode).Uint64("next", k.expected).Msg("producer joined")
+	}
+	ack := &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc,
+		StartedAgoNanos: uint64(time.Since(w.started))}
+	if k != nil && k.incarnation == m.ProducerIncarnation {
+		k.seen = time.Now()
+		ack.Known, ack.NextCursor = true, k.expected
+	} else if _, ok := w.table.forgot[m.ProducerNode]; ok {
+		ack.Forgot = true
+	}
+	return ack
+}
+
+func (w *worker) refuse(what, node string, err error) *messages.RegisterAck {
+	r := w.reject(what, node, err)
+	return &messages.RegisterAck{Status: r.Status, WorkerNode: w.node, WorkerIncarnation: w.inc, Error: r.Error}
+}
+
+// prune drops producers not heard from for ForgetAfter (at most once a
+// second), remembering their names in a table of the same bound.
+func (w *worker) prune() {
+	now := time.Now()
+	if now.Sub(w.table.lastPrune) < time.Second {
+		return
+	}
+	w.table.lastPrune = now
+	for node, k := range w.table.producers {
+		if now.Sub(k.seen) < w.cfg.ForgetAfter {
+			continue
+		}
+		delete(w.table.producers, node)
+		for f := range w.table.forgot {
+			if len(w.table.forgot) < maxProducers {
+				break
+			}
+			delete(w.table.forgot, f)
+		}
+		w.table.forgot[node] = struct{}{}
+		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("forgot producer not heard from")
+	}
 }
 
 func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
@@ -140,6 +201,7 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	if k == nil || k.incarnation != m.ProducerIncarnation {
 		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, WorkerNode: w.node, WorkerIncarnation: w.inc}
 	}
+	k.seen = time.Now()
 	if m.FirstCursor > k.expected {
 		// Never a silent gap, whoever is at fault.
 		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
@@ -182,6 +244,7 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	if k == nil || k.incarnation != m.ProducerIncarnation {
 		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, WorkerNode: w.node, WorkerIncarnation: w.inc}
 	}
+	k.seen = time.Now()
 	if m.NextCursor > k.expected { // a retried Expire whose ack was lost is not told twice
 		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -112,7 +113,7 @@ func newFuzzWorker() *fuzzWorker {
 	sub := &subscriber{key: "sink", pid: sink, unbounded: true}
 	d.table.Store(&table{topics: map[string][]*subscription{"t": {{sub: sub, topic: "t", bound: 1 << 30}}}, subscribers: []*subscriber{sub}})
 	cfg := DefaultConfig("fz")
-	return &fuzzWorker{w: newWorker(cfg, 1, "worker-node", 7, d, m, log)(), m: m, cfg: cfg, group: 1}
+	return &fuzzWorker{w: newWorker(cfg, 1, "worker-node", 7, time.Now(), d, m, log)(), m: m, cfg: cfg, group: 1}
 }
 
 // handle sends req through Receive and checks the answer.
@@ -187,7 +188,7 @@ func (f *fuzzWorker) ops(data []byte) []struct {
 		switch op[0] / 3 % 3 {
 		case 0:
 			req = &messages.Register{ProtocolVersion: version, PubsubName: name, ProducerNode: node, ProducerIncarnation: inc,
-				Group: group, NextCursor: cursor, MissedWrites: flags&1 == 1}
+				Group: group, NextCursor: cursor, MissedWrites: flags&1 == 1, Join: flags&8 == 0, WorkerIncarnation: 7 + uint64(flags>>4&1)}
 		case 1:
 			b := &messages.Batch{ProtocolVersion: version, PubsubName: name, ProducerNode: node, ProducerIncarnation: inc,
 				Group: group, FirstCursor: cursor}
@@ -241,7 +242,7 @@ func FuzzWorkerWire(f *testing.F) {
 	f.Add(byte(2), seed)
 	f.Fuzz(func(t *testing.T, kind byte, data []byte) {
 		fw := newFuzzWorker()
-		fw.handle(t, &messages.Register{ProtocolVersion: 1, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1}, 1)
+		fw.handle(t, &messages.Register{ProtocolVersion: 1, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, Join: true, WorkerIncarnation: 7}, 1)
 		var req interface {
 			proto.Message
 			GetProducerIncarnation() uint64

@@ -482,8 +482,17 @@ func (x *EntryOption) GetOnlyNode() string {
 	return ""
 }
 
-// Register is the handshake a producer sends to each joined node's worker
-// before any batch. The worker answers with RegisterAck.
+// Register is the handshake a producer sends to a node's worker before any
+// batch, in two steps (see the root package doc, "Joined"):
+//   - a probe (join false) changes nothing on the worker: the RegisterAck
+//     tells the worker's incarnation, how long ago its pubsub started, and
+//     whether it already holds this producer incarnation (and where);
+//   - a join (join true) seeds the worker at next_cursor, computed by the
+//     producer for worker incarnation `worker_incarnation`. A join is
+//     idempotent: a worker that holds this producer incarnation already keeps
+//     its own cursor, and a join computed for another incarnation of the
+//     worker is rejected. A late, duplicated or reordered Register therefore
+//     never moves a cursor.
 type Register struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion     uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -491,14 +500,16 @@ type Register struct {
 	ProducerNode        string                 `protobuf:"bytes,3,opt,name=producer_node,json=producerNode,proto3" json:"producer_node,omitempty"`
 	ProducerIncarnation uint64                 `protobuf:"varint,4,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
 	Group               uint32                 `protobuf:"varint,5,opt,name=group,proto3" json:"group,omitempty"`
-	// The cursor the producer will send this node next.
+	// For a join: the first cursor the producer will send this node.
 	NextCursor uint64 `protobuf:"varint,6,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
-	// True when the producer has flushed writes that this node never saw and
-	// will not replay (it had forgotten the node): the node's subscribers
-	// must be told CursorExpired.
-	MissedWrites  bool `protobuf:"varint,7,opt,name=missed_writes,json=missedWrites,proto3" json:"missed_writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a join: messages this node was owed were overwritten before it was
+	// reached; the worker tells its subscribers CursorExpired.
+	MissedWrites bool `protobuf:"varint,7,opt,name=missed_writes,json=missedWrites,proto3" json:"missed_writes,omitempty"`
+	Join         bool `protobuf:"varint,8,opt,name=join,proto3" json:"join,omitempty"`
+	// For a join: the worker incarnation next_cursor was computed for.
+	WorkerIncarnation uint64 `protobuf:"varint,9,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -578,6 +589,20 @@ func (x *Register) GetMissedWrites() bool {
 		return x.MissedWrites
 	}
 	return false
+}
+
+func (x *Register) GetJoin() bool {
+	if x != nil {
+		return x.Join
+	}
+	return false
+}
+
+func (x *Register) GetWorkerIncarnation() uint64 {
+	if x != nil {
+		return x.WorkerIncarnation
+	}
+	return 0
 }
 
 // Expire tells a worker that the producer overwrote messages the worker's
@@ -755,15 +780,24 @@ func (x *BatchAck) GetError() string {
 	return ""
 }
 
-// RegisterAck answers Register.
+// RegisterAck answers Register with the worker's own view, so a stale
+// request is recognised by the producer.
 type RegisterAck struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Status            AckStatus              `protobuf:"varint,1,opt,name=status,proto3,enum=echopubsub.v1.AckStatus" json:"status,omitempty"`
 	WorkerNode        string                 `protobuf:"bytes,2,opt,name=worker_node,json=workerNode,proto3" json:"worker_node,omitempty"`
 	WorkerIncarnation uint64                 `protobuf:"varint,3,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
-	// The cursor the worker expects next from this producer.
-	NextCursor    uint64 `protobuf:"varint,4,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// When known: the cursor the worker expects next from this producer.
+	NextCursor uint64 `protobuf:"varint,4,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	Error      string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// How long ago this node's pubsub started, on the worker's own monotonic
+	// clock (a duration: no clock agreement between machines is needed).
+	StartedAgoNanos uint64 `protobuf:"varint,6,opt,name=started_ago_nanos,json=startedAgoNanos,proto3" json:"started_ago_nanos,omitempty"`
+	// The worker holds this producer incarnation; next_cursor is its cursor.
+	Known bool `protobuf:"varint,7,opt,name=known,proto3" json:"known,omitempty"`
+	// The worker once held this producer node and dropped it (absent longer
+	// than ForgetAfter, or its table was full).
+	Forgot        bool `protobuf:"varint,8,opt,name=forgot,proto3" json:"forgot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -831,6 +865,27 @@ func (x *RegisterAck) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *RegisterAck) GetStartedAgoNanos() uint64 {
+	if x != nil {
+		return x.StartedAgoNanos
+	}
+	return 0
+}
+
+func (x *RegisterAck) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *RegisterAck) GetForgot() bool {
+	if x != nil {
+		return x.Forgot
+	}
+	return false
 }
 
 // CursorExpired is sent to a subscriber when it fell behind producer `node`
@@ -1222,7 +1277,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\x8a\x02\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xcd\x02\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1232,7 +1287,9 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12\x1f\n" +
 	"\vnext_cursor\x18\x06 \x01(\x04R\n" +
 	"nextCursor\x12#\n" +
-	"\rmissed_writes\x18\a \x01(\bR\fmissedWrites\"\xfb\x01\n" +
+	"\rmissed_writes\x18\a \x01(\bR\fmissedWrites\x12\x12\n" +
+	"\x04join\x18\b \x01(\bR\x04join\x12-\n" +
+	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1250,7 +1307,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vworker_node\x18\x03 \x01(\tR\n" +
 	"workerNode\x12-\n" +
 	"\x12worker_incarnation\x18\x04 \x01(\x04R\x11workerIncarnation\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xc6\x01\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xa0\x02\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +
@@ -1258,7 +1315,10 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x12worker_incarnation\x18\x03 \x01(\x04R\x11workerIncarnation\x12\x1f\n" +
 	"\vnext_cursor\x18\x04 \x01(\x04R\n" +
 	"nextCursor\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"i\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12*\n" +
+	"\x11started_ago_nanos\x18\x06 \x01(\x04R\x0fstartedAgoNanos\x12\x14\n" +
+	"\x05known\x18\a \x01(\bR\x05known\x12\x16\n" +
+	"\x06forgot\x18\b \x01(\bR\x06forgot\"i\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +

@@ -13,6 +13,16 @@
 //
 // Nothing else in EchoPubSub computes lag: callers ask Decide.
 //
+// A node that joins has no next-needed cursor yet. It is owed every message
+// written after it started, and nothing from before; Join turns that instant
+// into the same three answers. Each message carries the time it was written
+// (WriteAt; any monotonic clock, non-decreasing in cursor order), and the
+// ring remembers the time of the newest message it overwrote:
+//
+//	first buffered message written at or after since = c
+//	no overwritten message was written at or after since -> Messages [c, write) (or CaughtUp)
+//	an overwritten message was written at or after since -> Expired: the node is owed a message that is gone
+//
 // A Ring is owned by one actor and is not safe for concurrent use. The zero
 // value is not usable; build one with New. Write and Decide are O(1) and do
 // not allocate; At is O(1).
@@ -78,7 +88,11 @@ type Decision struct {
 // Ring is a fixed-capacity ring buffer of T indexed by absolute cursor.
 type Ring[T any] struct {
 	slots []T
+	times []int64 // write time of each slot's message
 	write uint64
+	// lastAt is the newest write time; evictedAt the write time of the
+	// newest overwritten message (valid once write > len(slots)).
+	lastAt, evictedAt int64
 }
 
 // New returns an empty Ring holding at most capacity messages.
@@ -86,7 +100,7 @@ func New[T any](capacity int) (*Ring[T], error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("ringbuf: capacity must be > 0, got %d", capacity)
 	}
-	return &Ring[T]{slots: make([]T, capacity)}, nil
+	return &Ring[T]{slots: make([]T, capacity), times: make([]int64, capacity), lastAt: math.MinInt64}, nil
 }
 
 // Cap is the number of messages the ring holds.
@@ -96,13 +110,33 @@ func (r *Ring[T]) Cap() int { return len(r.slots) }
 func (r *Ring[T]) WriteCursor() uint64 { return r.write }
 
 // Write stores v at the write cursor, overwriting the message Cap() writes
-// older, and returns v's cursor.
+// older, and returns v's cursor. It carries the previous write's time (see
+// WriteAt); a ring written only with Write answers Join by cursor alone.
 func (r *Ring[T]) Write(v T) (uint64, error) {
+	at := r.lastAt
+	if r.write == 0 {
+		at = 0
+	}
+	return r.WriteAt(v, at)
+}
+
+// WriteAt is Write for a message written at time at (any monotonic clock, in
+// the unit the caller passes to Join). Times must not decrease: an earlier
+// time than the previous write's is taken as the previous write's.
+func (r *Ring[T]) WriteAt(v T, at int64) (uint64, error) {
 	if r.write == math.MaxUint64 {
 		return 0, ErrCursorExhausted
 	}
+	if at < r.lastAt {
+		at = r.lastAt
+	}
 	c := r.write
-	r.slots[c%uint64(len(r.slots))] = v
+	i := c % uint64(len(r.slots))
+	if c >= uint64(len(r.slots)) {
+		r.evictedAt = r.times[i]
+	}
+	r.slots[i], r.times[i] = v, at
+	r.lastAt = at
 	r.write++
 	return c, nil
 }
@@ -121,6 +155,32 @@ func (r *Ring[T]) Decide(next uint64) (Decision, error) {
 	default:
 		return Decision{Kind: Messages, Lag: lag, From: next, To: r.write}, nil
 	}
+}
+
+// Join is the flush decision for a node that joins now and is owed every
+// message written at or after since (in WriteAt's clock), nothing before.
+// Messages and CaughtUp start at the first such message still buffered. For
+// Expired, a message the node is owed was overwritten: To is the write
+// cursor, where the node's cursor moves, and Missed is 0 because how many of
+// the overwritten messages were written after since is not known (at least
+// one was). O(log Cap()).
+func (r *Ring[T]) Join(since int64) Decision {
+	lo, hi := r.oldest(), r.write
+	if lo > 0 && r.evictedAt >= since {
+		return Decision{Kind: Expired, Lag: r.write - lo, From: lo, To: r.write}
+	}
+	for lo < hi { // first cursor in [lo, hi) written at or after since
+		mid := lo + (hi-lo)/2
+		if r.times[mid%uint64(len(r.slots))] >= since {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	if lo == r.write {
+		return Decision{Kind: CaughtUp, From: lo, To: lo}
+	}
+	return Decision{Kind: Messages, Lag: r.write - lo, From: lo, To: r.write}
 }
 
 // At returns the message with the given cursor while it is still buffered.

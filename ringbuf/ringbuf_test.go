@@ -188,3 +188,79 @@ func BenchmarkDecide(b *testing.B) {
 		i++
 	}
 }
+
+// TestJoinAgainstModel checks Join against the naive rule over random write
+// times (non-decreasing, with ties): a joiner is owed exactly the writes made
+// at or after since; Expired exactly when one of them was overwritten.
+func TestJoinAgainstModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		capacity := rapid.IntRange(1, 16).Draw(t, "capacity")
+		r, err := New[int](capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var times []int64
+		var now int64
+		writes := rapid.IntRange(0, 60).Draw(t, "writes")
+		for i := 0; i < writes; i++ {
+			now += rapid.Int64Range(0, 3).Draw(t, "tick")
+			if _, err := r.WriteAt(i, now); err != nil {
+				t.Fatal(err)
+			}
+			times = append(times, now)
+		}
+		since := rapid.Int64Range(-1, now+2).Draw(t, "since")
+		owed := len(times) // first cursor written at or after since
+		for i, at := range times {
+			if at >= since {
+				owed = i
+				break
+			}
+		}
+		oldest := 0
+		if len(times) > capacity {
+			oldest = len(times) - capacity
+		}
+		d := r.Join(since)
+		switch {
+		case owed < oldest:
+			if d.Kind != Expired || d.To != uint64(len(times)) {
+				t.Fatalf("Join(%d) = %+v; owed from %d but oldest buffered is %d: want expired", since, d, owed, oldest)
+			}
+		case owed == len(times):
+			if d.Kind != CaughtUp || d.From != uint64(owed) {
+				t.Fatalf("Join(%d) = %+v; nothing owed: want caught_up at %d", since, d, owed)
+			}
+		default:
+			if d.Kind != Messages || d.From != uint64(owed) || d.To != uint64(len(times)) {
+				t.Fatalf("Join(%d) = %+v; want messages [%d, %d)", since, d, owed, len(times))
+			}
+		}
+	})
+}
+
+func TestWriteAtClampsEarlierTimes(t *testing.T) {
+	r, _ := New[int](4)
+	_, _ = r.WriteAt(0, 10)
+	_, _ = r.WriteAt(1, 5) // taken as 10
+	if d := r.Join(10); d.Kind != Messages || d.From != 0 {
+		t.Fatalf("Join(10) = %+v, want messages from 0", d)
+	}
+	if d := r.Join(11); d.Kind != CaughtUp || d.From != 2 {
+		t.Fatalf("Join(11) = %+v, want caught_up at 2", d)
+	}
+}
+
+func BenchmarkJoin(b *testing.B) {
+	r, _ := New[int](1 << 16)
+	for i := 0; i < 1<<17; i++ {
+		_, _ = r.WriteAt(i, int64(i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := r.Join(int64(1<<16 + i%(1<<16))); d.Kind != Messages {
+			b.Fatal(d)
+		}
+	}
+}
