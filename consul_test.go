@@ -1,20 +1,12 @@
 package echopubsub_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub"
@@ -79,7 +71,7 @@ func TestConsulKilledNodeLeavesAfterTTL(t *testing.T) {
 	agent := test.StartConsulAgent(t)
 	nodes := []*test.Node{consulNode(t, agent.Addr), consulNode(t, agent.Addr)}
 	cs := []*test.Collector{nodes[0].Subscribe(t, "match"), nodes[1].Subscribe(t, "match")}
-	child := startChildNode(t, agent.Addr)
+	child := startChild(t, childSpec{Consul: agent.Addr})
 	waitJoined(t, nodes)
 	for _, nd := range nodes {
 		test.Eventually(t, 10*time.Second, func() bool { return nd.NodeStats(t, child.addr).Registered },
@@ -230,104 +222,4 @@ func upTo(n uint64) []uint64 {
 		out[i] = uint64(i + 1)
 	}
 	return out
-}
-
-// childEnv names the Consul address a child node process joins; set, the
-// test binary runs as that node instead of running tests (see init).
-const childEnv = "ECHOPUBSUB_TEST_CONSUL_CHILD"
-
-func init() {
-	if addr := os.Getenv(childEnv); addr != "" {
-		os.Exit(runChildNode(addr))
-	}
-}
-
-// runChildNode is a node in its own process: it prints "node ADDR" once its
-// pubsub runs, then serves until killed or until its stdin closes (the
-// test process is gone).
-func runChildNode(consulAddr string) int {
-	log := zerolog.New(os.Stderr).With().Timestamp().Str("child", "1").Logger()
-	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.ErrorLevel)))
-	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
-	r.Start()
-	mem, err := cluster.NewConsul(test.FastConsulConfig(consulAddr))
-	if err != nil {
-		log.Error().Err(err).Msg("child: NewConsul")
-		return 2
-	}
-	if _, err := echopubsub.Start(system, fastConfig(), echopubsub.WithMembership(mem), echopubsub.WithLogger(log)); err != nil {
-		log.Error().Err(err).Msg("child: start")
-		return 2
-	}
-	fmt.Fprintf(os.Stdout, "node %s\n", system.Address())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 0
-}
-
-type childNode struct {
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	reap sync.Once
-	log  string
-}
-
-// startChildNode runs a node in a child process (this test binary, see
-// init) and returns once its pubsub runs. It is killed when the test ends.
-func startChildNode(t *testing.T, consulAddr string) *childNode {
-	t.Helper()
-	c := &childNode{log: filepath.Join(t.TempDir(), "child.log"), done: make(chan struct{})}
-	errFile, err := os.Create(c.log)
-	if err != nil {
-		t.Fatalf("child log: %v", err)
-	}
-	defer errFile.Close()
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), childEnv+"="+consulAddr)
-	c.cmd.Stderr = errFile
-	stdin, err := c.cmd.StdinPipe() // closed when we exit: the child follows
-	if err != nil {
-		t.Fatalf("child stdin: %v", err)
-	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatalf("child stdout: %v", err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start child node: %v", err)
-	}
-	t.Cleanup(func() { c.kill(t); stdin.Close() })
-	line := make(chan string, 1)
-	go func() { // ends when the child writes its line or exits
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		if !strings.HasPrefix(s, "node ") {
-			t.Fatalf("child node did not start (said %q):\n%s", s, c.output())
-		}
-		c.addr = strings.TrimSpace(strings.TrimPrefix(s, "node "))
-	case <-time.After(15 * time.Second):
-		t.Fatalf("child node not up after 15s:\n%s", c.output())
-	}
-	return c
-}
-
-// kill sends SIGKILL (no deregistration, no goodbye) and waits for the
-// exit. Idempotent.
-func (c *childNode) kill(t *testing.T) {
-	t.Helper()
-	_ = c.cmd.Process.Kill()
-	c.reap.Do(func() { go func() { _ = c.cmd.Wait(); close(c.done) }() }) // ends with the process
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		t.Errorf("child node %q did not exit within 10s of SIGKILL", c.addr)
-	}
-}
-
-func (c *childNode) output() string {
-	b, _ := os.ReadFile(c.log)
-	return string(b)
 }
