@@ -15,6 +15,40 @@
 // application reloads from a source of truth. Delivery is at-least-once: a
 // lost acknowledgement means a redelivery (see Dedupe).
 //
+// # Joined
+//
+// A node's subscribers receive every message written by any producer after
+// that node's Start began, in order per sender, as long as the producer's
+// buffer still holds it, however long the first connection takes (a peer not
+// yet listening, protoactor's redial back-off, a partition at start-up).
+// Messages written before the node started are history: not delivered, and
+// no notice about them. Only when the buffer no longer holds a message the
+// node is owed is it told CursorExpired. No caller waits for a join.
+//
+// How: a producer registers with a worker in two steps. A probe changes
+// nothing on the worker; its answer says how long ago the worker's pubsub
+// started, on the worker's own monotonic clock (a duration, so no clock
+// agreement between machines is needed), and whether the worker already holds
+// this producer incarnation and at which cursor. Every buffered message
+// carries its monotonic write time, so the producer knows the first message
+// written after (probe sent - worker's age): the worker cannot have started
+// earlier. ringbuf's Join turns that instant into a decision (messages from
+// there, or Expired when an owed message was overwritten), and a join seeds
+// the worker there. A join is idempotent and names the worker incarnation it
+// was computed for, and every answer carries the worker's own cursor, so a
+// late, duplicated or reordered Register, RegisterAck, Batch or BatchAck
+// never moves a cursor: it cannot cause an expiry of buffered messages, nor a
+// duplicate. A worker that already holds the producer (the producer forgot
+// the node after ForgetAfter, or restarted its peer state) resumes from its
+// own cursor.
+//
+// The bound is exact up to one probe round trip: a write made within that
+// round trip before the node started is concurrent with the start and may be
+// delivered. A probe answered slowly (a request queued while the connection
+// was being made) is followed by another, up to five, and the tightest
+// bound is kept, so the window is the fastest round trip (under 20 ms unless
+// every probe is slower).
+//
 // # Back-pressure
 //
 // A subscriber whose mailbox holds Config.MaxQueueLen messages (or its
@@ -40,10 +74,10 @@
 //     cursor a remote node sees.
 //   - A batch in flight when its node leaves stays unacknowledged: the node's
 //     read cursor is kept (for Config.ForgetAfter) and the batch is replayed
-//     when it returns. A node that restarts registers anew and resumes from
-//     its cursor (its new subscribers get the buffered tail). When the
-//     producer restarts, its buffer is gone: every worker that knew the old
-//     incarnation tells its subscribers CursorExpired.
+//     when it returns. A node that restarts is a new node: it gets what was
+//     written after its restart (see Joined). When a producer restarts, its
+//     buffer is gone: every worker that knew the old incarnation tells its
+//     subscribers CursorExpired, as whatever it had not delivered is lost.
 //   - Nothing is sent when nothing changed: a producer learns a node is back
 //     from its own retries (every RetryInterval) and from protoactor's
 //     endpoint events; Consul membership adds health checks.

@@ -22,8 +22,9 @@ func equal(a, b []uint64) bool {
 func fmtU(s []uint64) string { return fmt.Sprint(s) }
 
 // waitJoined waits until every producer of every node registered with every
-// other node: a node counts as joined from its first successful
-// registration.
+// other node. Users never need it (see "Joined" in the package doc); only
+// tests about a joined node's cursor (its lag, Missed counts) do, and each
+// says why.
 func waitJoined(t *testing.T, nodes []*test.Node) {
 	t.Helper()
 	test.WaitJoined(t, nodes)

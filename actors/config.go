@@ -54,9 +54,10 @@ type Config struct {
 	// WithMaxQueueLen. Defaults to 10_000.
 	MaxQueueLen int
 	// ForgetAfter is how long a producer keeps the read cursor of a member
-	// that left the membership. A member returning within it resumes where
-	// it was; after it, it is treated as new and told CursorExpired if it
-	// missed writes. Defaults to 5m.
+	// that left the membership, and how long a worker keeps a producer it
+	// has not heard from. A member returning within it resumes where it was
+	// (either side's cursor is enough); when both sides forgot, where the
+	// node was is unknown and it is told CursorExpired. Defaults to 5m.
 	ForgetAfter time.Duration
 }
 

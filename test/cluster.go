@@ -136,8 +136,10 @@ func (nd *Node) NodeStats(t testing.TB, addr string) echopubsub.NodeStats {
 }
 
 // WaitJoined waits until every producer (every pool group) of every node
-// registered with every other node: a node counts as joined from its first
-// successful registration.
+// registered with every other node. Delivery never needs it: a node is owed
+// what was written after it started, joined or not. Tests about a joined
+// node's cursor (lag, exact Missed counts) and benchmarks of a formed
+// cluster use it.
 func WaitJoined(t testing.TB, nodes []*Node) {
 	t.Helper()
 	joined := func(nd *Node) bool {
