@@ -141,7 +141,7 @@ func TestHostilePeerWire(t *testing.T) {
 	h := startHostileTarget(t)
 	addr := h.nodes[0].Addr
 	target := workerPID(addr)
-	batch := payload(t, &messages.Batch{ProtocolVersion: 1, PubsubName: "scores", ProducerNode: "hostile", Group: 0})
+	batch := payload(t, &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: "scores", ProducerNode: "hostile", Group: 0})
 
 	cases := []struct {
 		name string
@@ -214,7 +214,7 @@ func TestHostilePeerProtocol(t *testing.T) {
 		typ, b, _ := messages.Encode(&testpb.Stamp{Publisher: "hostile", Seq: seq})
 		return &messages.Entry{Topic: "hostile", PayloadType: typ, Payload: b}
 	}
-	base := func() (uint32, string, string, uint64, uint32) { return 1, "scores", "hostile-node", 1, 0 }
+	base := func() (uint32, string, string, uint64, uint32) { return messages.ProtocolVersion, "scores", "hostile-node", 1, 0 }
 	// reg is a join at next, for the worker incarnation a probe reports.
 	reg := func(inc, next uint64) *messages.Register {
 		t.Helper()

@@ -231,18 +231,18 @@ func FuzzWorkerSequence(f *testing.F) {
 // FuzzWorkerWire feeds the worker a registration and then whatever bytes
 // decode as a Batch, Register or Expire: any field value a peer can send.
 func FuzzWorkerWire(f *testing.F) {
-	b := &messages.Batch{ProtocolVersion: 1, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, FirstCursor: 3}
+	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, FirstCursor: 3}
 	b.AddEntry(&messages.Entry{Topic: "t", PayloadType: "x", Payload: []byte{1}})
 	b.AddEntry(&messages.Entry{Topic: "t", PayloadType: "echopubsub.v1.CursorExpired", Payload: []byte{8, 1}, OnlyNode: "worker-node"})
 	seed, _ := proto.Marshal(b)
 	f.Add(byte(1), seed)
-	seed, _ = proto.Marshal(&messages.Register{ProtocolVersion: 1, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 2, Group: 1, NextCursor: 9})
+	seed, _ = proto.Marshal(&messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 2, Group: 1, NextCursor: 9})
 	f.Add(byte(0), seed)
-	seed, _ = proto.Marshal(&messages.Expire{ProtocolVersion: 1, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, NextCursor: 99, Missed: 5})
+	seed, _ = proto.Marshal(&messages.Expire{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, NextCursor: 99, Missed: 5})
 	f.Add(byte(2), seed)
 	f.Fuzz(func(t *testing.T, kind byte, data []byte) {
 		fw := newFuzzWorker()
-		fw.handle(t, &messages.Register{ProtocolVersion: 1, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, Join: true, WorkerIncarnation: 7}, 1)
+		fw.handle(t, &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz", ProducerNode: "p0", ProducerIncarnation: 1, Group: 1, Join: true, WorkerIncarnation: 7}, 1)
 		var req interface {
 			proto.Message
 			GetProducerIncarnation() uint64

@@ -41,13 +41,13 @@ func FuzzDecode(f *testing.F) {
 // FuzzWireMessages: every message that crosses a node boundary decodes from
 // any bytes without a panic and round-trips.
 func FuzzWireMessages(f *testing.F) {
-	b := &Batch{ProtocolVersion: 1, PubsubName: "p", ProducerNode: "n", ProducerIncarnation: 2, Group: 3, FirstCursor: 4}
+	b := &Batch{ProtocolVersion: ProtocolVersion, PubsubName: "p", ProducerNode: "n", ProducerIncarnation: 2, Group: 3, FirstCursor: 4}
 	b.AddEntry(&Entry{Topic: "t", PayloadType: "x", Payload: []byte{1}, Exclude: "e", OnlyNode: "o"})
 	b.AddEntry(&Entry{Topic: "u", PayloadType: "x", Payload: []byte{2, 3}})
 	for _, m := range []proto.Message{
 		b,
-		&Register{ProtocolVersion: 1, PubsubName: "p", ProducerNode: "n", NextCursor: 5, MissedWrites: true},
-		&Expire{ProtocolVersion: 1, Missed: 2, NextCursor: 9},
+		&Register{ProtocolVersion: ProtocolVersion, PubsubName: "p", ProducerNode: "n", NextCursor: 5, MissedWrites: true},
+		&Expire{ProtocolVersion: ProtocolVersion, Missed: 2, NextCursor: 9},
 		&BatchAck{Status: AckStatus_ACK_STATUS_REJECTED, Error: "e"},
 		&RegisterAck{Status: AckStatus_ACK_STATUS_OK, NextCursor: 1},
 	} {
@@ -77,7 +77,7 @@ func FuzzWireMessages(f *testing.F) {
 // can be walked entry by entry without a panic, the walk covering exactly
 // Len entries and every payload byte.
 func FuzzBatchValidate(f *testing.F) {
-	b := &Batch{ProtocolVersion: 1, FirstCursor: 7}
+	b := &Batch{ProtocolVersion: ProtocolVersion, FirstCursor: 7}
 	b.AddEntry(&Entry{Topic: "t", PayloadType: "x", Payload: []byte{1, 2}})
 	b.AddEntry(&Entry{Topic: "t", PayloadType: "y", Payload: []byte{3}, OnlyNode: "n"})
 	b.AddEntry(&Entry{Topic: "u", PayloadType: "x", Exclude: "e"})

@@ -11,5 +11,7 @@ package messages
 //go:generate sh -c "d=$(mktemp -d) && go build -o $d/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go && protoc --plugin=protoc-gen-go=$d/protoc-gen-go --go_out=paths=source_relative:. echopubsub.proto && rm -rf $d"
 
 // ProtocolVersion is the wire protocol this build speaks. See the versioning
-// note at the top of echopubsub.proto.
-const ProtocolVersion = 1
+// note at the top of echopubsub.proto. Version 2 made Register a probe and an
+// idempotent join (see Register): a version 1 node is refused with a reason
+// rather than misread.
+const ProtocolVersion = 2
