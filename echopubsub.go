@@ -384,16 +384,22 @@ func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
 	return out, nil
 }
 
-// Stop leaves the membership, then stops the supervision tree (producers
-// drop their buffers: undelivered messages are lost to nodes that had not
-// acknowledged them, as in the original). It is idempotent; it does not stop
-// the actor system or its remote, which belong to the caller.
+// Stop is graceful: Broadcast fails with ErrStopped from its first moment;
+// every producer then delivers what it holds to every reachable node and
+// retires its incarnation there (within ctx, at most 2 x CallTimeout), so
+// peers' subscribers are not told "producer restarted" when this node comes
+// back. Nodes that are away are not waited for: they are told CursorExpired
+// when they return, as anything they had not acknowledged is lost with the
+// buffer. Then Stop leaves the membership and stops the supervision tree. It
+// is idempotent; it does not stop the actor system or its remote, which
+// belong to the caller.
 func (ps *PubSub) Stop(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("echopubsub: Stop needs a context, got nil")
 	}
 	ps.stopOnce.Do(func() {
 		ps.rt.Close()
+		ps.drain(ctx)
 		var errs []error
 		if err := ps.membership.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("membership: %w", err))

@@ -235,3 +235,41 @@ func TestRestartedNodeGetsOnlyWhatFollowsItsRestart(t *testing.T) {
 	wantStamps(t, c, 6, 7, 8, 9, 10)
 	noExpiry(t, c)
 }
+
+// A graceful Stop delivers everything it accepted and retires the producer:
+// the node's next start is no news to its peers' subscribers (no "producer
+// restarted"), and nothing broadcast before Stop is lost, even mid-stream.
+func TestGracefulStopLosesNothingAndRaisesNoAlarm(t *testing.T) {
+	cfg := fastConfig()
+	cfg.BufferSize = 20_000
+	cfg.BatchInterval = 200 * time.Millisecond // writes still buffered when Stop begins
+	nodes := test.StartCluster(t, 2, cfg)
+	c := nodes[1].Subscribe(t, "match")
+	var accepted atomic.Uint64
+	done := make(chan struct{})
+	go func() { // publishes until Stop refuses (or 10,000 messages); ends then
+		defer close(done)
+		for i := uint64(1); i <= 10_000; i++ {
+			if err := nodes[0].PS.Broadcast(nil, "match", stamp(i)); err != nil {
+				return
+			}
+			accepted.Store(i)
+		}
+	}()
+	test.Eventually(t, 5*time.Second, func() bool { return accepted.Load() >= 500 }, test.Sprintf("publishing"))
+	nodes[0].StopPubSub(t)
+	<-done
+	n := accepted.Load()
+	wantUpTo(t, c, n)
+	nodes[0].Start(t, cfg, echopubsub.WithMembership(cluster.NewStatic(nodes[0].Addr, nodes[1].Addr)))
+	nodes[0].Broadcast(t, "match", stamp(n+1))
+	wantUpTo(t, c, n+1)
+	noExpiry(t, c)
+}
+
+// wantUpTo waits until c received exactly stamps 1..n, in order.
+func wantUpTo(t *testing.T, c *test.Collector, n uint64) {
+	t.Helper()
+	test.Eventually(t, 10*time.Second, func() bool { return equal(c.Stamps(), upTo(n)) },
+		func() string { return fmt.Sprintf("want stamps 1..%d, got %s", n, c.Describe()) })
+}

@@ -45,6 +45,22 @@ type CapacityWarning struct {
 // StatsQuery asks a producer for its *GroupStats.
 type StatsQuery struct{}
 
+// Drain asks a producer to finish (graceful Stop): flush at once, and retire
+// its incarnation with every node that is reachable, once that node
+// acknowledged everything written. The producer answers *Drained when no
+// reachable node is left to wait for. Nodes that are away (absent, or
+// failing calls) are not waited for: they are told when they return.
+type Drain struct{}
+
+// Drained answers Drain.
+type Drained struct {
+	Group uint32
+	// Retired counts the nodes that acknowledged everything; Away the nodes
+	// not waited for, with what they had not acknowledged.
+	Retired int
+	Away    map[string]uint64
+}
+
 // GroupStats is one producer's view of the cluster.
 type GroupStats struct {
 	Group       uint32
@@ -92,6 +108,7 @@ type peer struct {
 	inFlight bool
 	retrying bool
 	absent   bool
+	retired  bool // acknowledged Retire (graceful Stop)
 	failures int
 	lastErr  string
 
@@ -131,6 +148,7 @@ type producer struct {
 	dead        bool
 	restarted   bool
 	lastWarn    time.Time
+	drainTo     *actor.PID // who asked Drain; nil when not draining
 }
 
 func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, log zerolog.Logger) actor.Producer {
@@ -172,6 +190,10 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.forget(m.node)
 	case *StatsQuery:
 		ctx.Respond(p.stats())
+	case *Drain:
+		p.drainTo = ctx.Sender()
+		p.flushAll(ctx)
+		p.checkDrain(ctx)
 	case *actor.Started:
 		ring, err := ringbuf.New[*Entry](p.cfg.BufferSize)
 		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
@@ -285,6 +307,10 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	}
 	p.capacity(ctx, pe, d.Lag)
 	switch d.Kind {
+	case ringbuf.CaughtUp:
+		if p.drainTo != nil && !pe.retired {
+			p.sendRetire(ctx, pe)
+		}
 	case ringbuf.Messages:
 		p.sendBatch(ctx, pe, d)
 	case ringbuf.Expired:
@@ -304,7 +330,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		if target > pe.next {
 			pe.next = target
 		}
-		if capped {
+		if capped || p.drainTo != nil {
 			p.service(ctx, pe)
 		} else if pe.next < p.ring.WriteCursor() {
 			p.armFlush(ctx)
@@ -453,6 +479,45 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 	p.service(ctx, pe)
 }
 
+// sendRetire ends this incarnation with pe, which acknowledged everything.
+func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
+	req := &messages.Retire{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, FinalCursor: p.ring.WriteCursor()}
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.BatchAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			return p.nack(pe, res)
+		}
+		pe.retired = true
+		p.checkDrain(ctx)
+		return true
+	})
+}
+
+// checkDrain answers Drain once no reachable node is left to wait for.
+func (p *producer) checkDrain(ctx actor.Context) {
+	if p.drainTo == nil {
+		return
+	}
+	res := &Drained{Group: p.group, Away: map[string]uint64{}}
+	for _, pe := range p.peers {
+		switch {
+		case pe.retired:
+			res.Retired++
+		case pe.absent || pe.failures > 0:
+			lag := uint64(0)
+			if d, err := p.ring.Decide(pe.next); err == nil && pe.workerInc != 0 {
+				lag = d.Lag
+			}
+			res.Away[pe.m.Name] = lag
+		default:
+			return // reachable and not done yet
+		}
+	}
+	ctx.Send(p.drainTo, res)
+	p.drainTo = nil
+}
+
 // nack handles an answer that is not OK. It returns false to have the call
 // treated as failed (retried after RetryInterval).
 func (p *producer) nack(pe *peer, res interface{}) bool {
@@ -512,6 +577,7 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	}
 	pe.retrying = true
 	pe.retryCancel = p.sched.SendOnce(p.cfg.RetryInterval, ctx.Self(), &retryPeer{node: pe.m.Name})
+	p.checkDrain(ctx) // a node that fails calls is not waited for
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
@@ -554,6 +620,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 			pe.absent = true
 			p.log.Info().Str("node", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
+			p.checkDrain(ctx)
 		}
 	}
 }

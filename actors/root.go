@@ -45,6 +45,7 @@ type Runtime struct {
 	producers []*actor.PID
 	done      chan struct{}
 	closeOnce sync.Once
+	sendMu    sync.RWMutex // Enqueue's send (read) against Close (write)
 }
 
 // NewRuntime builds the shared parts of a pubsub on system.
@@ -226,6 +227,16 @@ func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 			return ErrStopped
 		}
 	}
+	// Under sendMu: a write accepted here reaches the producer's mailbox
+	// before a Drain sent after Close, so a graceful Stop covers it.
+	rt.sendMu.RLock()
+	defer rt.sendMu.RUnlock()
+	select {
+	case <-rt.done:
+		<-rt.Credits[g] // give back the credit the producer will never take
+		return ErrStopped
+	default:
+	}
 	rt.System.Root.Send(rt.producers[g], &Write{Entry: e, Msg: msg})
 	return nil
 }
@@ -240,7 +251,12 @@ func (rt *Runtime) LocalDeliver(e Entry, msg proto.Message) {
 // Done is closed by Close.
 func (rt *Runtime) Done() <-chan struct{} { return rt.done }
 
-// Close makes Enqueue fail with ErrStopped from now on. Idempotent.
+// Close makes Enqueue fail with ErrStopped from now on: when it returns,
+// every write Enqueue accepted is in its producer's mailbox. Idempotent.
 func (rt *Runtime) Close() {
-	rt.closeOnce.Do(func() { close(rt.done) })
+	rt.closeOnce.Do(func() {
+		rt.sendMu.Lock()
+		close(rt.done)
+		rt.sendMu.Unlock()
+	})
 }

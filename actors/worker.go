@@ -21,6 +21,9 @@ type known struct {
 	// to the subscribers. Entries below it are redeliveries and are skipped.
 	expected uint64
 	seen     time.Time // last request from this producer
+	// retired: this incarnation ended with a graceful Stop and everything
+	// below expected was delivered or told; its successor joins silently.
+	retired bool
 }
 
 // maxProducers bounds a worker's producer table: one entry per producing
@@ -68,6 +71,8 @@ func (w *worker) Receive(ctx actor.Context) {
 		from = m.ProducerNode
 	case *messages.Expire:
 		from = m.ProducerNode
+	case *messages.Retire:
+		from = m.ProducerNode
 	default:
 		return // lifecycle messages
 	}
@@ -85,6 +90,8 @@ func (w *worker) Receive(ctx actor.Context) {
 		res = w.register(m)
 	case *messages.Expire:
 		res = w.expire(m)
+	case *messages.Retire:
+		res = w.retire(m)
 	}
 	if ctx.Sender() != nil {
 		ctx.Respond(res)
@@ -142,9 +149,12 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 				w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
 			}
 		case k.incarnation != m.ProducerIncarnation:
-			// Whatever the old incarnation wrote and did not deliver is gone.
-			w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
-			k.incarnation, k.expected = m.ProducerIncarnation, m.NextCursor
+			// Whatever the old incarnation wrote and did not deliver is gone,
+			// unless it retired: then nothing was left undelivered or untold.
+			if !k.retired {
+				w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
+			}
+			k.incarnation, k.expected, k.retired = m.ProducerIncarnation, m.NextCursor, false
 		}
 		// else: this producer incarnation joined already (a retried or late
 		// join): keep the worker's own cursor.
@@ -249,5 +259,24 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
+	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
+}
+
+// retire ends a producer incarnation that stopped gracefully.
+func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
+	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
+		return w.reject("retire", m.ProducerNode, err)
+	}
+	k := w.table.producers[m.ProducerNode]
+	if k == nil || k.incarnation != m.ProducerIncarnation {
+		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	}
+	k.seen = time.Now()
+	if m.FinalCursor > k.expected {
+		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
+			Reason: "producer stopped before this node got everything"})
+		k.expected = m.FinalCursor
+	}
+	k.retired = true
 	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
 }

@@ -1245,6 +1245,97 @@ func (x *Undecodable) GetError() string {
 	return ""
 }
 
+// Retire is the last request a producer incarnation sends a worker, from a
+// graceful Stop once the worker's node acknowledged everything written (or
+// the drain gave up): final_cursor is the producer's write cursor. The worker
+// tells its subscribers CursorExpired for anything below final_cursor it
+// never delivered, and remembers that the incarnation ended cleanly, so the
+// node's next incarnation joins without a "producer restarted" notice.
+// Answered with BatchAck.
+type Retire struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion     uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	PubsubName          string                 `protobuf:"bytes,2,opt,name=pubsub_name,json=pubsubName,proto3" json:"pubsub_name,omitempty"`
+	ProducerNode        string                 `protobuf:"bytes,3,opt,name=producer_node,json=producerNode,proto3" json:"producer_node,omitempty"`
+	ProducerIncarnation uint64                 `protobuf:"varint,4,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
+	Group               uint32                 `protobuf:"varint,5,opt,name=group,proto3" json:"group,omitempty"`
+	FinalCursor         uint64                 `protobuf:"varint,6,opt,name=final_cursor,json=finalCursor,proto3" json:"final_cursor,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Retire) Reset() {
+	*x = Retire{}
+	mi := &file_echopubsub_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Retire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Retire) ProtoMessage() {}
+
+func (x *Retire) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Retire.ProtoReflect.Descriptor instead.
+func (*Retire) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Retire) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *Retire) GetPubsubName() string {
+	if x != nil {
+		return x.PubsubName
+	}
+	return ""
+}
+
+func (x *Retire) GetProducerNode() string {
+	if x != nil {
+		return x.ProducerNode
+	}
+	return ""
+}
+
+func (x *Retire) GetProducerIncarnation() uint64 {
+	if x != nil {
+		return x.ProducerIncarnation
+	}
+	return 0
+}
+
+func (x *Retire) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *Retire) GetFinalCursor() uint64 {
+	if x != nil {
+		return x.FinalCursor
+	}
+	return 0
+}
+
 var File_echopubsub_proto protoreflect.FileDescriptor
 
 const file_echopubsub_proto_rawDesc = "" +
@@ -1345,7 +1436,15 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
 	"\fpayload_type\x18\x02 \x01(\tR\vpayloadType\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error*t\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xe5\x01\n" +
+	"\x06Retire\x12)\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
+	"\vpubsub_name\x18\x02 \x01(\tR\n" +
+	"pubsubName\x12#\n" +
+	"\rproducer_node\x18\x03 \x01(\tR\fproducerNode\x121\n" +
+	"\x14producer_incarnation\x18\x04 \x01(\x04R\x13producerIncarnation\x12\x14\n" +
+	"\x05group\x18\x05 \x01(\rR\x05group\x12!\n" +
+	"\ffinal_cursor\x18\x06 \x01(\x04R\vfinalCursor*t\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -1373,7 +1472,7 @@ func file_echopubsub_proto_rawDescGZIP() []byte {
 }
 
 var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_echopubsub_proto_goTypes = []any{
 	(AckStatus)(0),          // 0: echopubsub.v1.AckStatus
 	(Severity)(0),           // 1: echopubsub.v1.Severity
@@ -1390,13 +1489,14 @@ var file_echopubsub_proto_goTypes = []any{
 	(*BroadcastResult)(nil), // 12: echopubsub.v1.BroadcastResult
 	(*BackPressure)(nil),    // 13: echopubsub.v1.BackPressure
 	(*Undecodable)(nil),     // 14: echopubsub.v1.Undecodable
-	(*anypb.Any)(nil),       // 15: google.protobuf.Any
+	(*Retire)(nil),          // 15: echopubsub.v1.Retire
+	(*anypb.Any)(nil),       // 16: google.protobuf.Any
 }
 var file_echopubsub_proto_depIdxs = []int32{
 	5,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
 	0,  // 1: echopubsub.v1.BatchAck.status:type_name -> echopubsub.v1.AckStatus
 	0,  // 2: echopubsub.v1.RegisterAck.status:type_name -> echopubsub.v1.AckStatus
-	15, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
+	16, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
 	2,  // 4: echopubsub.v1.BackPressure.state:type_name -> echopubsub.v1.BackPressureState
 	1,  // 5: echopubsub.v1.BackPressure.severity:type_name -> echopubsub.v1.Severity
 	6,  // [6:6] is the sub-list for method output_type
@@ -1417,7 +1517,7 @@ func file_echopubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_echopubsub_proto_rawDesc), len(file_echopubsub_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

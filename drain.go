@@ -1,0 +1,58 @@
+package echopubsub
+
+import (
+	"context"
+	"time"
+
+	"github.com/echopubsub/echopubsub/actors"
+)
+
+// drain is the first step of a graceful Stop: with writes closed, every
+// producer delivers what it holds to every reachable node and retires its
+// incarnation there, so the node's next start is not announced to their
+// subscribers as a "producer restarted" CursorExpired. It waits within ctx;
+// nodes that are away are not waited for (they are told when they return),
+// and what is left unacknowledged is logged with counts.
+func (ps *PubSub) drain(ctx context.Context) {
+	start := time.Now()
+	until := drainDeadline(ctx, 2*ps.rt.Cfg.CallTimeout)
+	retired, away := 0, map[string]uint64{}
+	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
+		timeout := time.Until(until)
+		if timeout <= 0 { // protoactor treats a negative timeout as none at all
+			ps.rt.Log.Warn().Msg("graceful stop: no time left to drain")
+			return
+		}
+		res, err := ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.Drain{}, timeout).Result()
+		d, ok := res.(*actors.Drained)
+		if err != nil || !ok {
+			ps.rt.Log.Warn().Err(err).Uint32("group", uint32(g)).Msg("graceful stop: drain did not finish: peers that had not acknowledged everything will be told CursorExpired")
+			continue
+		}
+		retired += d.Retired
+		for node, lag := range d.Away {
+			away[node] += lag
+		}
+	}
+	ev := ps.rt.Log.Info()
+	if len(away) > 0 {
+		ev = ps.rt.Log.Warn()
+		for node, lag := range away {
+			ev = ev.Uint64("unacked_"+node, lag)
+		}
+	}
+	ev.Int("retired", retired).Int("away", len(away)).Dur("took", time.Since(start)).Msg("graceful stop: drained")
+}
+
+// drainDeadline bounds the drain by at most d, and by three quarters of
+// what is left of ctx, keeping the rest for stopping the tree.
+func drainDeadline(ctx context.Context, d time.Duration) time.Time {
+	now := time.Now()
+	until := now.Add(d)
+	if dl, ok := ctx.Deadline(); ok {
+		if q := now.Add(dl.Sub(now) * 3 / 4); q.Before(until) {
+			until = q
+		}
+	}
+	return until
+}
