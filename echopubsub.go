@@ -10,6 +10,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	zlog "github.com/rs/zerolog/log"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/actors"
@@ -32,6 +34,12 @@ type (
 	FaultHook = actors.FaultHook
 	// CapacityWarning is published on the actor system's event stream.
 	CapacityWarning = actors.CapacityWarning
+	// Flushed, Expired, SyncFailed and RetryScheduled are the other
+	// telemetry events on the actor system's event stream.
+	Flushed        = actors.Flushed
+	Expired        = actors.Expired
+	SyncFailed     = actors.SyncFailed
+	RetryScheduled = actors.RetryScheduled
 	// GroupStats is one producer's view of the cluster (see Stats).
 	GroupStats = actors.GroupStats
 	// NodeStats is one node in GroupStats.
@@ -57,9 +65,10 @@ func SubscriberMailbox() actor.MailboxProducer { return actors.SubscriberMailbox
 type Option func(*options)
 
 type options struct {
-	membership cluster.Membership
-	log        *zerolog.Logger
-	hook       FaultHook
+	membership    cluster.Membership
+	log           *zerolog.Logger
+	hook          FaultHook
+	meterProvider metric.MeterProvider
 }
 
 // WithMembership sets how nodes are found. Defaults to cluster.NewStatic with
@@ -69,6 +78,13 @@ func WithMembership(m cluster.Membership) Option { return func(o *options) { o.m
 // WithLogger sets the logger. Defaults to zerolog's global logger
 // (github.com/rs/zerolog/log.Logger).
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = &l } }
+
+// WithMeterProvider sets where the pubsub's OpenTelemetry metrics go (see
+// docs/operations.md for the list). Defaults to the global provider
+// (otel.GetMeterProvider), a no-op unless the application set one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}
 
 // WithFaultHook installs a fault hook between producers and workers, for
 // tests. Defaults to none.
@@ -118,7 +134,7 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	if addr == "" || addr == "nonhost" {
 		return nil, ErrRemoteNotStarted
 	}
-	o := options{}
+	o := options{meterProvider: otel.GetMeterProvider()}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("echopubsub: Start option %d is nil", i)
@@ -133,6 +149,13 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		o.membership = cluster.NewStatic(addr)
 	}
 	rt := actors.NewRuntime(cfg, system, addr, o.hook, log)
+	if o.meterProvider != nil {
+		m, err := actors.NewMetrics(o.meterProvider, cfg.Name, cfg.PoolSize)
+		if err != nil {
+			return nil, fmt.Errorf("echopubsub: start %q: metrics: %w", cfg.Name, err)
+		}
+		rt.Metrics = m
+	}
 	root, err := system.Root.SpawnNamed(rt.RootProps(), actors.RootName(cfg.Name))
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
@@ -416,6 +439,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		ps.stopErr = errors.Join(errs...)
+		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")
 	})
 	return ps.stopErr

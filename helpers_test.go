@@ -4,8 +4,15 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/test"
 )
+
+// staticOf is static membership of addrs.
+func staticOf(addrs []string) echopubsub.Option {
+	return echopubsub.WithMembership(cluster.NewStatic(addrs...))
+}
 
 func equal(a, b []uint64) bool {
 	if len(a) != len(b) {

@@ -1,12 +1,14 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/cluster"
@@ -109,6 +111,7 @@ type peer struct {
 	retrying bool
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
+	gauge    *peerGauge
 	failures int
 	lastErr  string
 
@@ -136,6 +139,8 @@ type producer struct {
 	d       *Dispatcher
 	credits chan struct{}
 	hook    FaultHook
+	m       *Metrics
+	gm      metric.MeasurementOption // this group's attributes
 	log     zerolog.Logger
 
 	ring        *ringbuf.Ring[*Entry] // pointers into the Write messages: 8 bytes a slot for the GC to scan
@@ -151,11 +156,11 @@ type producer struct {
 	drainTo     *actor.PID // who asked Drain; nil when not draining
 }
 
-func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, log zerolog.Logger) actor.Producer {
+func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
 	starts := 0 // incarnations of this producer; only the current one runs
 	return func() actor.Actor {
 		starts++
-		return &producer{cfg: cfg, group: group, node: node, root: root, d: d, credits: credits, hook: hook,
+		return &producer{cfg: cfg, group: group, node: node, root: root, d: d, credits: credits, hook: hook, m: m, gm: m.group(group),
 			log: log.With().Uint32("group", group).Logger(), restarted: starts > 1}
 	}
 }
@@ -260,7 +265,9 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
 	}
+	p.m.published.Add(context.Background(), 1, p.gm)
 	if e.OnlyNode == "" || e.OnlyNode == p.node {
+		p.m.delivered.Add(context.Background(), 1, p.gm)
 		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
 			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
@@ -306,6 +313,8 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		return
 	}
 	p.capacity(ctx, pe, d.Lag)
+	pe.gauge.lag.Store(int64(d.Lag))
+	pe.gauge.fill.Store(int64(d.Lag * 100 / uint64(p.cfg.BufferSize)))
 	switch d.Kind {
 	case ringbuf.CaughtUp:
 		if p.drainTo != nil && !pe.retired {
@@ -322,11 +331,17 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := p.batch(d)
 	target := d.From + uint64(req.Len())
 	capped := target < d.To
+	sent := time.Now()
+	p.m.batchesSent.Add(context.Background(), 1, pe.gauge.attrs)
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.BatchAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
 			return p.nack(pe, res)
 		}
+		rtt := time.Since(sent)
+		p.m.batchesAcked.Add(context.Background(), 1, pe.gauge.attrs)
+		p.m.roundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.attrs)
+		ctx.ActorSystem().EventStream.Publish(&Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
 		if target > pe.next {
 			pe.next = target
 		}
@@ -384,6 +399,7 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		if d.To > pe.next {
 			pe.next = d.To
 		}
+		p.expired(ctx, pe, d.Missed)
 		p.service(ctx, pe)
 		return true
 	})
@@ -456,6 +472,9 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 		ack, ok := res.(*messages.RegisterAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK || !ack.Known {
 			return p.nack(pe, res)
+		}
+		if req.MissedWrites {
+			p.expired(ctx, pe, 0)
 		}
 		p.joined(ctx, pe, ack)
 		return true
@@ -559,6 +578,7 @@ func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck fu
 				p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 			}
 			pe.failures, pe.lastErr = 0, ""
+			pe.gauge.failures.Store(0)
 			return
 		}
 		if err == nil {
@@ -577,7 +597,18 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	}
 	pe.retrying = true
 	pe.retryCancel = p.sched.SendOnce(p.cfg.RetryInterval, ctx.Self(), &retryPeer{node: pe.m.Name})
+	p.m.retries.Add(context.Background(), 1, pe.gauge.attrs)
+	pe.gauge.failures.Store(int64(pe.failures))
+	es := ctx.ActorSystem().EventStream
+	es.Publish(&SyncFailed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Err: err.Error(), Failures: pe.failures})
+	es.Publish(&RetryScheduled{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, After: p.cfg.RetryInterval})
 	p.checkDrain(ctx) // a node that fails calls is not waited for
+}
+
+// expired counts and announces a CursorExpired told to pe (missed 0: not known).
+func (p *producer) expired(ctx actor.Context, pe *peer, missed uint64) {
+	p.m.expiredSent.Add(context.Background(), 1, pe.gauge.attrs)
+	ctx.ActorSystem().EventStream.Publish(&Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed})
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
@@ -592,7 +623,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	switch ev.Kind {
 	case cluster.Joined, cluster.Updated:
 		if pe == nil {
-			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group))}
+			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group)), gauge: p.m.peer(p.group, m.Name)}
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
@@ -631,6 +662,7 @@ func (p *producer) forget(node string) {
 		return
 	}
 	delete(p.peers, node)
+	p.m.forget(p.group, node)
 	p.log.Info().Str("node", node).Msg("forgot node after ForgetAfter: if it returns, its worker's cursor decides what it gets")
 }
 

@@ -40,6 +40,7 @@ type Runtime struct {
 	// when it handles the Write.
 	Credits []chan struct{}
 	Hook    FaultHook
+	Metrics *Metrics
 	Log     zerolog.Logger
 
 	producers []*actor.PID
@@ -54,6 +55,7 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHo
 	rt := &Runtime{Cfg: cfg, System: system, Node: node, Incarnation: uint64(started.UnixNano()), Started: started, Hook: hook,
 		Log: log.With().Str("pubsub", cfg.Name).Str("node", node).Logger()}
 	rt.Dispatcher = newDispatcher(system, node, rt.Log)
+	rt.Metrics, _ = NewMetrics(nil, cfg.Name, cfg.PoolSize) // no-op instruments cannot fail; Start may replace them
 	rt.done = make(chan struct{})
 	for i := 0; i < cfg.PoolSize; i++ {
 		rt.Credits = append(rt.Credits, make(chan struct{}, cfg.MaxPendingWrites))
@@ -112,9 +114,9 @@ func (r *root) Receive(ctx actor.Context) {
 			group := uint32(g)
 			props := supervision.Props(
 				supervision.Child{Name: "producer", Props: actor.PropsFromProducer(
-					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
+					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Metrics, rt.Log), supervision.IgnorePoisonPill())},
 				supervision.Child{Name: "worker", Props: actor.PropsFromProducer(
-					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, rt.Dispatcher, rt.Hook, rt.Log), supervision.IgnorePoisonPill())},
+					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, rt.Dispatcher, rt.Hook, rt.Metrics, rt.Log), supervision.IgnorePoisonPill())},
 			)
 			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
 				rt.Log.Error().Err(err).Msg("spawn pool group")

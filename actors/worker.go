@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -51,14 +52,15 @@ type worker struct {
 	table   *workerTable
 	d       *Dispatcher
 	hook    FaultHook
+	m       *Metrics
 	log     zerolog.Logger
 }
 
-func newWorker(cfg Config, group uint32, node string, inc uint64, started time.Time, d *Dispatcher, hook FaultHook, log zerolog.Logger) actor.Producer {
+func newWorker(cfg Config, group uint32, node string, inc uint64, started time.Time, d *Dispatcher, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
 	table := &workerTable{producers: map[string]*known{}, forgot: map[string]struct{}{}}
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
-		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, log: log}
+		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, m: m, log: log}
 	}
 }
 
@@ -146,13 +148,13 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 			w.table.producers[m.ProducerNode] = k
 			delete(w.table.forgot, m.ProducerNode)
 			if m.MissedWrites {
-				w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
+				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
 			}
 		case k.incarnation != m.ProducerIncarnation:
 			// Whatever the old incarnation wrote and did not deliver is gone,
 			// unless it retired: then nothing was left undelivered or untold.
 			if !k.retired {
-				w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
+				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
 			}
 			k.incarnation, k.expected, k.retired = m.ProducerIncarnation, m.NextCursor, false
 		}
@@ -214,9 +216,11 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	k.seen = time.Now()
 	if m.FirstCursor > k.expected {
 		// Never a silent gap, whoever is at fault.
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
 		k.expected = m.FirstCursor
 	}
+	delivered := int64(0)
+	defer func() { w.m.delivered.Add(context.Background(), delivered, w.m.group(w.group)) }()
 	it := Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation}
 	types := make([]protoreflect.MessageType, len(m.PayloadTypes)) // resolved once per batch, when needed
 	entries := m.Entries()
@@ -237,6 +241,7 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 			it.Topic, it.Message, it.PayloadType, it.Payload, it.Type = topic, nil, m.PayloadTypes[ti], payload, types[ti]
 			it.Exclude, it.Cursor = exclude, c
 			w.d.Deliver(&it)
+			delivered++
 		}
 		k.expected = c + 1
 		if w.hook != nil {
@@ -256,7 +261,7 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	}
 	k.seen = time.Now()
 	if m.NextCursor > k.expected { // a retried Expire whose ack was lost is not told twice
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
 	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
@@ -273,10 +278,16 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 	}
 	k.seen = time.Now()
 	if m.FinalCursor > k.expected {
-		w.d.Expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
 			Reason: "producer stopped before this node got everything"})
 		k.expected = m.FinalCursor
 	}
 	k.retired = true
 	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
+}
+
+// expired tells this node's subscribers, and counts it.
+func (w *worker) expired(ce *messages.CursorExpired) {
+	w.m.expiredReceived.Add(context.Background(), 1, w.m.group(w.group))
+	w.d.Expired(ce)
 }

@@ -113,7 +113,7 @@ func newFuzzWorker() *fuzzWorker {
 	sub := &subscriber{key: "sink", pid: sink, unbounded: true}
 	d.table.Store(&table{topics: map[string][]*subscription{"t": {{sub: sub, topic: "t", bound: 1 << 30}}}, subscribers: []*subscriber{sub}})
 	cfg := DefaultConfig("fz")
-	return &fuzzWorker{w: newWorker(cfg, 1, "worker-node", 7, time.Now(), d, m, log)(), m: m, cfg: cfg, group: 1}
+	return &fuzzWorker{w: newWorker(cfg, 1, "worker-node", 7, time.Now(), d, m, noopMetrics(cfg), log)(), m: m, cfg: cfg, group: 1}
 }
 
 // handle sends req through Receive and checks the answer.
@@ -260,4 +260,12 @@ func FuzzWorkerWire(f *testing.F) {
 		}
 		fw.handle(t, req, req.GetProducerIncarnation())
 	})
+}
+
+func noopMetrics(cfg Config) *Metrics {
+	m, err := NewMetrics(nil, cfg.Name, cfg.PoolSize)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }
