@@ -2,7 +2,11 @@ package echopubsub_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,4 +170,46 @@ func TestMetricsAndEventsMove(t *testing.T) {
 	m0.eventually(t, "echopubsub.peer.failures", func(v int64) bool { return v == 0 }, "0 once healed")
 	m0.eventually(t, "echopubsub.peer.lag", func(v int64) bool { return v == 0 }, "0 once caught up")
 	test.Eventually(t, 5*time.Second, func() bool { return ev.count("expired") == 1 }, test.Sprintf("no Expired event"))
+}
+
+// Health is ready once every listed member is registered, says why not
+// before (a listed node that is not running), and HealthHandler answers 200
+// or 503 accordingly.
+func TestHealthAndReadiness(t *testing.T) {
+	cfg := fastConfig()
+	log := test.Logger(t, zerolog.InfoLevel)
+	var nodes []*test.Node
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		system, r := test.StartRemote(t, log)
+		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
+		addrs = append(addrs, system.Address())
+	}
+	nodes[0].Start(t, cfg, staticOf(addrs)) // node 1 listed, not started yet
+	srv := httptest.NewServer(echopubsub.HealthHandler(nodes[0].PS))
+	t.Cleanup(srv.Close)
+	probe := func() (int, echopubsub.Health) {
+		res, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		defer res.Body.Close()
+		var h echopubsub.Health
+		if err := json.NewDecoder(res.Body).Decode(&h); err != nil {
+			t.Fatalf("probe body: %v", err)
+		}
+		return res.StatusCode, h
+	}
+	test.Never(t, 300*time.Millisecond, func() bool { code, _ := probe(); return code != http.StatusServiceUnavailable },
+		test.Sprintf("ready while a listed member was not running"))
+	if _, h := probe(); !strings.Contains(h.Reason, nodes[1].Addr) || len(h.Peers) != 1 || h.Peers[0].LastAckAge != -1 {
+		t.Fatalf("not-ready health %+v does not name the missing node", h)
+	}
+	nodes[1].Start(t, cfg, staticOf(addrs))
+	var h echopubsub.Health
+	test.Eventually(t, 10*time.Second, func() bool { var code int; code, h = probe(); return code == http.StatusOK && h.Ready },
+		func() string { return fmt.Sprintf("not ready: %+v", h) })
+	if p := h.Peers[0]; p.Node != nodes[1].Addr || !p.Registered || p.LastAckAge < 0 || p.Failures != 0 {
+		t.Fatalf("ready health peer %+v", p)
+	}
 }

@@ -85,6 +85,10 @@ type NodeStats struct {
 	InFlight   bool
 	Absent     bool // left the membership; cursor kept until ForgetAfter
 	Failures   int  // consecutive failed calls
+	// LastAck is when the node last answered a call (zero: never);
+	// Expirations counts the CursorExpired it was told by this producer.
+	LastAck     time.Time
+	Expirations int
 }
 
 type (
@@ -112,6 +116,8 @@ type peer struct {
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
 	gauge    *peerGauge
+	lastAck  time.Time
+	expired  int
 	failures int
 	lastErr  string
 
@@ -577,7 +583,7 @@ func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck fu
 			if pe.failures > 0 {
 				p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 			}
-			pe.failures, pe.lastErr = 0, ""
+			pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
 			pe.gauge.failures.Store(0)
 			return
 		}
@@ -607,6 +613,7 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 
 // expired counts and announces a CursorExpired told to pe (missed 0: not known).
 func (p *producer) expired(ctx actor.Context, pe *peer, missed uint64) {
+	pe.expired++
 	p.m.expiredSent.Add(context.Background(), 1, pe.gauge.attrs)
 	ctx.ActorSystem().EventStream.Publish(&Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed})
 }
@@ -675,7 +682,7 @@ func (p *producer) stats() *GroupStats {
 	gs.Nodes = append(gs.Nodes, NodeStats{Node: p.node, Next: gs.WriteCursor, Registered: true})
 	for _, pe := range p.peers {
 		ns := NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight,
-			Absent: pe.absent, Failures: pe.failures}
+			Absent: pe.absent, Failures: pe.failures, LastAck: pe.lastAck, Expirations: pe.expired}
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
 		}
