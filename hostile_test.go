@@ -214,7 +214,9 @@ func TestHostilePeerProtocol(t *testing.T) {
 		typ, b, _ := messages.Encode(&testpb.Stamp{Publisher: "hostile", Seq: seq})
 		return &messages.Entry{Topic: "hostile", PayloadType: typ, Payload: b}
 	}
-	base := func() (uint32, string, string, uint64, uint32) { return messages.ProtocolVersion, "scores", "hostile-node", 1, 0 }
+	base := func() (uint32, string, string, uint64, uint32) {
+		return messages.ProtocolVersion, "scores", "hostile-node", 1, 0
+	}
 	// reg is a join at next, for the worker incarnation a probe reports.
 	reg := func(inc, next uint64) *messages.Register {
 		t.Helper()
