@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,6 +101,18 @@ func TestScoreBoardInBrowser(t *testing.T) {
 	})
 	b.noGaps(s)
 	b.shot("5-reloaded-converged")
+
+	// The page links every node's metrics: node 2's show the expiry it was
+	// told and its peers' view of it, in Prometheus's text format.
+	metrics := get(t, url+"api/nodes/2/metrics")
+	for _, want := range []string{"echopubsub_cursor_expired_received_total", "echopubsub_peer_lag", "echopubsub_messages_delivered_total"} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("node 2's /metrics has no %s:\n%.2000s", want, metrics)
+		}
+	}
+	if h := get(t, url+"api/nodes/1/health"); !strings.Contains(h, `"ready":true`) {
+		t.Fatalf("node 1 not ready once converged: %s", h)
+	}
 
 	// Ctrl-C stops the demo and every node process.
 	pids := s.pids(t)
@@ -374,4 +387,20 @@ func stopDemo(t *testing.T, cmd *exec.Cmd) {
 		<-done
 		t.Errorf("demo did not stop within 20s of Ctrl-C: killed")
 	}
+}
+
+// get fetches url and returns its body; it fails the test on an error or a
+// status other than 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v: %s", url, res.StatusCode, err, b)
+	}
+	return string(b)
 }

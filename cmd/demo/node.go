@@ -16,7 +16,11 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
 
 	"github.com/echopubsub/echopubsub"
@@ -92,6 +96,7 @@ type node struct {
 	board      *BoardState
 	http       *http.Server
 	controlURL string
+	meters     *sdkmetric.MeterProvider
 }
 
 func startNode(spec nodeSpec, log zerolog.Logger) (*node, error) {
@@ -128,7 +133,17 @@ func startNode(spec nodeSpec, log zerolog.Logger) (*node, error) {
 	cfg.BatchInterval = spec.BatchInterval
 	cfg.CallTimeout = 2 * time.Second
 	cfg.RetryInterval = 250 * time.Millisecond
-	ps, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(membership), echopubsub.WithLogger(log))
+	// Metrics: the OpenTelemetry SDK with a Prometheus exporter, served on
+	// the control port's /metrics (the page links it through /api/nodes).
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		n.shutdownRemote()
+		return nil, fmt.Errorf("metrics exporter: %w", err)
+	}
+	n.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	ps, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(membership), echopubsub.WithLogger(log),
+		echopubsub.WithMeterProvider(n.meters))
 	if err != nil {
 		n.shutdownRemote()
 		return nil, err
@@ -153,6 +168,8 @@ func startNode(spec nodeSpec, log zerolog.Logger) (*node, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /state", n.handleState)
 	mux.HandleFunc("POST /publish", n.handlePublish)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /health", echopubsub.HealthHandler(ps))
 	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	n.controlURL = "http://" + ln.Addr().String()
 	go func() {
@@ -204,6 +221,9 @@ func (n *node) stop(ctx context.Context) error {
 	}
 	if n.ps != nil {
 		errs = append(errs, n.ps.Stop(ctx))
+	}
+	if n.meters != nil {
+		errs = append(errs, n.meters.Shutdown(ctx))
 	}
 	n.shutdownRemote()
 	return errors.Join(errs...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -30,6 +31,7 @@ func (d *Demo) serveWeb(ln net.Listener) {
 		_, _ = w.Write(d.hub.latestView())
 	})
 	mux.HandleFunc("POST /api/nodes/{node}/{action}", d.handleLink)
+	mux.HandleFunc("GET /api/nodes/{node}/{page}", d.handleNodePage)
 	mux.HandleFunc("POST /api/burst", func(w http.ResponseWriter, _ *http.Request) {
 		d.Burst()
 		w.WriteHeader(http.StatusNoContent)
@@ -70,6 +72,30 @@ func (d *Demo) handleLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleNodePage passes a node's /metrics (Prometheus) or /health through.
+func (d *Demo) handleNodePage(w http.ResponseWriter, r *http.Request) {
+	node, err := strconv.Atoi(r.PathValue("node"))
+	page := r.PathValue("page")
+	if err != nil || node < 1 || node > len(d.children) || (page != "metrics" && page != "health") {
+		http.Error(w, "want /api/nodes/{1..n}/{metrics|health}", http.StatusNotFound)
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, d.children[node-1].control+"/"+page, nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, "node "+strconv.Itoa(node)+" is not answering: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer res.Body.Close()
+	w.Header().Set("Content-Type", res.Header.Get("Content-Type"))
+	w.WriteHeader(res.StatusCode)
+	_, _ = io.Copy(w, res.Body)
 }
 
 // handleWS pushes every new view to the page until it goes away or the

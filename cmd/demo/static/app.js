@@ -18,6 +18,8 @@ function card(n) {
   c = $("#node-tpl").content.firstElementChild.cloneNode(true);
   c.id = "node-" + n.index;
   $(".idx", c).textContent = n.index;
+  $(".metrics-link", c).href = `/api/nodes/${n.index}/metrics`;
+  $(".health-link", c).href = `/api/nodes/${n.index}/health`;
   c.querySelectorAll("button[data-action]").forEach((b) =>
     b.addEventListener("click", () => post(`/api/nodes/${n.index}/${b.dataset.action}`)));
   nodesEl.appendChild(c);
