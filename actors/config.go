@@ -40,6 +40,10 @@ type Config struct {
 	CapacityWarningInterval time.Duration
 	// MaxBatchMessages bounds the entries in one batch. Defaults to 10_000.
 	MaxBatchMessages int
+	// MaxBatchesInFlight is how many batches a producer sends a node before
+	// the first is acknowledged: a window that keeps the link busy during a
+	// round trip. 1 is stop-and-wait. In [1, 64]. Defaults to 4.
+	MaxBatchesInFlight int
 	// MaxBatchBytes bounds the payload bytes in one batch (a batch holds at
 	// least one entry). Keep it well under gRPC's receive limit (4 MiB by
 	// default; RemoteConfig raises it to 64 MiB). Defaults to 1 MiB.
@@ -78,6 +82,7 @@ func DefaultConfig(name string) Config {
 		CapacityWarningThreshold: 0.4,
 		CapacityWarningInterval:  60 * time.Second,
 		MaxBatchMessages:         10_000,
+		MaxBatchesInFlight:       4,
 		MaxBatchBytes:            1 << 20,
 		MaxPendingWrites:         10_000,
 		MaxQueueLen:              10_000,
@@ -109,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatchBytes > MaxBatchBytesLimit {
 		return fmt.Errorf("echopubsub: config MaxBatchBytes must be <= %d (half the gRPC frame limit RemoteConfig sets), got %d", MaxBatchBytesLimit, c.MaxBatchBytes)
+	}
+	if c.MaxBatchesInFlight < 1 || c.MaxBatchesInFlight > 64 {
+		return fmt.Errorf("echopubsub: config MaxBatchesInFlight must be in [1, 64], got %d", c.MaxBatchesInFlight)
 	}
 	if c.PoolSize > 1024 {
 		return fmt.Errorf("echopubsub: config PoolSize must be <= 1024, got %d", c.PoolSize)

@@ -111,7 +111,15 @@ type peer struct {
 	since    int64
 	sinceInc uint64
 	probes   int // probes of this registration so far
-	inFlight bool
+	// sent is the end of the last batch sent (next <= sent): batches cover
+	// [next, sent), up to MaxBatchesInFlight of them (flight) at once. epoch
+	// changes whenever sent is wound back to next (a refused, lost or
+	// failed batch), so answers to batches sent before count as acks only.
+	sent     uint64
+	flight   int
+	epoch    uint64
+	held     bool // the window was full when there was more to send
+	inFlight bool // a register, join, expire or retire call: alone on the link
 	retrying bool
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
@@ -309,13 +317,16 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		return
 	}
 	if !pe.registered {
-		p.register(ctx, pe)
+		if pe.flight == 0 {
+			p.register(ctx, pe)
+		}
 		return
 	}
 	d, err := p.ring.Decide(pe.next)
 	if err != nil { // a cursor ahead of the write cursor: never set by us
 		p.log.Error().Err(err).Str("node", pe.m.Name).Msg("read cursor ahead of write cursor: re-registering")
 		pe.next, pe.registered = p.ring.WriteCursor(), false
+		p.rewind(pe)
 		return
 	}
 	p.capacity(ctx, pe, d.Lag)
@@ -323,41 +334,120 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	pe.gauge.fill.Store(int64(d.Lag * 100 / uint64(p.cfg.BufferSize)))
 	switch d.Kind {
 	case ringbuf.CaughtUp:
-		if p.drainTo != nil && !pe.retired {
+		if p.drainTo != nil && !pe.retired && pe.flight == 0 {
 			p.sendRetire(ctx, pe)
 		}
 	case ringbuf.Messages:
-		p.sendBatch(ctx, pe, d)
+		if pe.sent < d.From { // everything below next is acked: never resend it
+			pe.sent = d.From
+		}
+		pe.held = false
+		for pe.sent < d.To && !pe.retrying { // a failed send stops the round
+			if pe.flight >= p.cfg.MaxBatchesInFlight {
+				pe.held = true
+				break
+			}
+			p.sendBatch(ctx, pe, ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: d.To})
+		}
 	case ringbuf.Expired:
-		p.sendExpire(ctx, pe, d)
+		if pe.flight == 0 { // what is in flight may still be acked: decide after it
+			p.sendExpire(ctx, pe, d)
+		}
 	}
 }
 
+// rewind forgets what was sent past next: the next batch starts at next.
+// Answers to batches sent before count as acks only.
+func (p *producer) rewind(pe *peer) {
+	pe.sent = pe.next
+	pe.epoch++
+}
+
+// sendBatch sends the batch starting at d.From (== pe.sent) as one of the
+// peer's batches in flight. The worker takes a batch only at its next
+// cursor: one that arrives after a lost one is refused (OUT_OF_ORDER) and
+// the producer sends again from the worker's cursor, so the stream a worker
+// delivers has no hole, whatever the network dropped.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := p.batch(d)
 	target := d.From + uint64(req.Len())
-	capped := target < d.To
+	epoch := pe.epoch
+	pe.sent = target
+	pe.flight++
 	sent := time.Now()
 	p.m.batchesSent.Add(context.Background(), 1, pe.gauge.attrs)
-	p.call(ctx, pe, req, func(res interface{}) bool {
+	if p.hook != nil {
+		if err := p.hook.Send(pe.m.Name, req); err != nil {
+			pe.flight--
+			p.rewind(pe)
+			p.failed(ctx, pe, err)
+			return
+		}
+	}
+	f := ctx.RequestFuture(pe.worker, req, p.cfg.CallTimeout)
+	ctx.ReenterAfter(f, func(res interface{}, err error) {
+		if p.dead || p.peers[pe.m.Name] != pe {
+			return // a stale continuation of a restarted producer or a forgotten peer
+		}
+		pe.flight--
 		ack, ok := res.(*messages.BatchAck)
-		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
-			return p.nack(pe, res)
+		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OK {
+			rtt := time.Since(sent)
+			p.m.batchesAcked.Add(context.Background(), 1, pe.gauge.attrs)
+			p.m.roundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.attrs)
+			ctx.ActorSystem().EventStream.Publish(&Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
+			p.acked(pe, ack.NextCursor)
+			if pe.failures > 0 {
+				p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
+			}
+			pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
+			pe.gauge.failures.Store(0)
+			if pe.held || p.drainTo != nil || (pe.flight == 0 && pe.next < p.ring.WriteCursor() && p.cfg.BatchInterval == 0) {
+				p.service(ctx, pe)
+			} else if pe.sent < p.ring.WriteCursor() {
+				p.armFlush(ctx)
+			}
+			return
 		}
-		rtt := time.Since(sent)
-		p.m.batchesAcked.Add(context.Background(), 1, pe.gauge.attrs)
-		p.m.roundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.attrs)
-		ctx.ActorSystem().EventStream.Publish(&Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
-		if target > pe.next {
-			pe.next = target
-		}
-		if capped || p.drainTo != nil {
+		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OUT_OF_ORDER {
+			// The worker missed a batch before this one: everything below its
+			// cursor is delivered; send again from there (once per epoch).
+			p.acked(pe, ack.NextCursor)
+			if epoch == pe.epoch {
+				p.rewind(pe)
+			}
 			p.service(ctx, pe)
-		} else if pe.next < p.ring.WriteCursor() {
-			p.armFlush(ctx)
+			return
 		}
-		return true
+		if epoch != pe.epoch {
+			// A batch sent before the last rewind: its failure is handled.
+			// The last one back lets a waiting register or expire go.
+			if pe.flight == 0 {
+				p.service(ctx, pe)
+			}
+			return
+		}
+		p.rewind(pe)
+		if err == nil {
+			p.nack(pe, res)
+			err = fmt.Errorf("%s", pe.lastErr)
+		}
+		p.failed(ctx, pe, err)
 	})
+}
+
+// acked advances pe's cursor to what the worker says it delivered.
+func (p *producer) acked(pe *peer, workerNext uint64) {
+	n := workerNext
+	if n > p.ring.WriteCursor() { // trusted only within what was written
+		n = p.ring.WriteCursor()
+	}
+	if n > pe.next {
+		pe.next = n
+	}
+	if pe.sent < pe.next {
+		pe.sent = pe.next
+	}
 }
 
 // batch builds the batch for decision d: from d.From, as many entries as
@@ -499,6 +589,7 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 		p.log.Info().Str("node", pe.m.Name).Msg("node restarted: it gets what was written since")
 	}
 	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
+	p.rewind(pe) // batches of a previous registration count for nothing here
 	pe.m.Incarnation = ack.WorkerIncarnation
 	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Msg("registered with node")
 	p.service(ctx, pe)
@@ -681,7 +772,7 @@ func (p *producer) stats() *GroupStats {
 	gs.WriteCursor = p.ring.WriteCursor()
 	gs.Nodes = append(gs.Nodes, NodeStats{Node: p.node, Next: gs.WriteCursor, Registered: true})
 	for _, pe := range p.peers {
-		ns := NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight,
+		ns := NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight || pe.flight > 0,
 			Absent: pe.absent, Failures: pe.failures, LastAck: pe.lastAck, Expirations: pe.expired}
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired

@@ -215,9 +215,9 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	}
 	k.seen = time.Now()
 	if m.FirstCursor > k.expected {
-		// Never a silent gap, whoever is at fault.
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
-		k.expected = m.FirstCursor
+		// A batch before this one was lost on the way: take nothing, and
+		// say where to resume. Never a hole in the delivered stream.
+		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
 	}
 	delivered := int64(0)
 	defer func() { w.m.delivered.Add(context.Background(), delivered, w.m.group(w.group)) }()

@@ -41,6 +41,9 @@ const (
 	AckStatus_ACK_STATUS_UNKNOWN_PRODUCER AckStatus = 2
 	// The request was malformed or for another pubsub; see `error`.
 	AckStatus_ACK_STATUS_REJECTED AckStatus = 3
+	// A batch that does not start at or below the worker's next cursor (one
+	// before it was lost): nothing delivered; next_cursor says where to resume.
+	AckStatus_ACK_STATUS_OUT_OF_ORDER AckStatus = 4
 )
 
 // Enum value maps for AckStatus.
@@ -50,12 +53,14 @@ var (
 		1: "ACK_STATUS_OK",
 		2: "ACK_STATUS_UNKNOWN_PRODUCER",
 		3: "ACK_STATUS_REJECTED",
+		4: "ACK_STATUS_OUT_OF_ORDER",
 	}
 	AckStatus_value = map[string]int32{
 		"ACK_STATUS_UNSPECIFIED":      0,
 		"ACK_STATUS_OK":               1,
 		"ACK_STATUS_UNKNOWN_PRODUCER": 2,
 		"ACK_STATUS_REJECTED":         3,
+		"ACK_STATUS_OUT_OF_ORDER":     4,
 	}
 )
 
@@ -1444,12 +1449,13 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\rproducer_node\x18\x03 \x01(\tR\fproducerNode\x121\n" +
 	"\x14producer_incarnation\x18\x04 \x01(\x04R\x13producerIncarnation\x12\x14\n" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12!\n" +
-	"\ffinal_cursor\x18\x06 \x01(\x04R\vfinalCursor*t\n" +
+	"\ffinal_cursor\x18\x06 \x01(\x04R\vfinalCursor*\x91\x01\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x1f\n" +
 	"\x1bACK_STATUS_UNKNOWN_PRODUCER\x10\x02\x12\x17\n" +
-	"\x13ACK_STATUS_REJECTED\x10\x03*M\n" +
+	"\x13ACK_STATUS_REJECTED\x10\x03\x12\x1b\n" +
+	"\x17ACK_STATUS_OUT_OF_ORDER\x10\x04*M\n" +
 	"\bSeverity\x12\x18\n" +
 	"\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSEVERITY_INFO\x10\x01\x12\x14\n" +
