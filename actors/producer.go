@@ -347,6 +347,9 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 				pe.held = true
 				break
 			}
+			if pe.flight > 0 && d.To-pe.sent < uint64(p.cfg.MaxBatchMessages) {
+				break // a part batch waits for the ack: under light load, fewer and fuller batches
+			}
 			p.sendBatch(ctx, pe, ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: d.To})
 		}
 	case ringbuf.Expired:
