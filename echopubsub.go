@@ -47,6 +47,8 @@ var (
 	ErrTooLarge     = actors.ErrTooLarge
 	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
 	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
+	// ErrNotMember: the node named is not a current member of the pubsub.
+	ErrNotMember = errors.New("echopubsub: not a member of this pubsub")
 )
 
 // SubscriberMailbox is the mailbox a bounded subscriber is spawned with;
@@ -261,8 +263,8 @@ func subOpts(opts []SubscribeOption) (actors.SubOptions, error) {
 }
 
 func (ps *PubSub) ask(req interface{}) error {
-	if ps.stopped() {
-		return ErrStopped
+	if err := ps.rt.Err(); err != nil {
+		return err
 	}
 	res, err := ps.rt.System.Root.RequestFuture(ps.registry, req, ps.rt.Cfg.CallTimeout).Result()
 	if err != nil {
@@ -274,14 +276,15 @@ func (ps *PubSub) ask(req interface{}) error {
 	return fmt.Errorf("echopubsub: registry answered %T", res)
 }
 
-func (ps *PubSub) stopped() bool {
-	select {
-	case <-ps.rt.Done():
-		return true
-	default:
-		return false
-	}
-}
+// Done is closed once the pubsub can no longer deliver: after Stop, or when
+// its supervision tree died (its root actor stopped, or a child exceeded its
+// restart intensity). From then on Broadcast, Subscribe and the other calls
+// fail with an error wrapping ErrStopped.
+func (ps *PubSub) Done() <-chan struct{} { return ps.rt.Done() }
+
+// Err is nil while the pubsub runs; once Done is closed it says why: exactly
+// ErrStopped after Stop, an error wrapping ErrStopped otherwise.
+func (ps *PubSub) Err() error { return ps.rt.Err() }
 
 func (ps *PubSub) entry(topic string, msg proto.Message) (actors.Entry, error) {
 	if topic == "" {
@@ -327,8 +330,8 @@ func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message
 // LocalBroadcast sends msg to this node's subscribers of topic only. It is
 // not buffered and has no cursor.
 func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
-	if ps.stopped() {
-		return ErrStopped
+	if err := ps.rt.Err(); err != nil {
+		return err
 	}
 	e, err := ps.entry(topic, msg)
 	if err != nil {
@@ -340,10 +343,17 @@ func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
 
 // DirectBroadcast sends msg to the subscribers of topic on node only, with
 // the same guarantee as Broadcast (it travels in the buffered stream; other
-// nodes acknowledge it without delivering).
+// nodes acknowledge it without delivering). node is a member's address (this
+// node's included); any other node is an error, not a message nobody gets.
 func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
 	if node == "" {
 		return fmt.Errorf("echopubsub: DirectBroadcast needs a node name")
+	}
+	if !ps.rt.IsMember(node) {
+		if err := ps.rt.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: DirectBroadcast to %q", ErrNotMember, node)
 	}
 	e, err := ps.entry(topic, msg)
 	if err != nil {
@@ -359,8 +369,8 @@ func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("echopubsub: Stats needs a context, got nil")
 	}
-	if ps.stopped() {
-		return nil, ErrStopped
+	if err := ps.rt.Err(); err != nil {
+		return nil, err
 	}
 	var out []GroupStats
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
