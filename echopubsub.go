@@ -139,13 +139,19 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
+	// From here the edge guard (RemoteConfig) lets this pubsub's members in.
+	pubsubs.add(rt)
 	ps := &PubSub{rt: rt, membership: o.membership, root: root, registry: rt.RegistryPID()}
 	if err := ps.waitReady(); err != nil {
+		rt.Close()
+		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: tree did not come up: %w", cfg.Name, err)
 	}
 	self := cluster.Member{Address: addr, Name: addr, Incarnation: rt.Incarnation}
 	if err := o.membership.Start(cluster.Env{System: system, Self: self, Service: cfg.Name, Owner: root, Log: rt.Log}); err != nil {
+		rt.Close()
+		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
 	}
@@ -419,6 +425,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
+		pubsubs.remove(ps.rt)
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Log.Info().Msg("echopubsub stopped")
 	})
