@@ -87,16 +87,17 @@ func (t *pubsubTable) get(node, name string) *actors.Runtime {
 	return t.m[node][name]
 }
 
-// memberOfAny reports whether addr is a member of some pubsub on node.
-func (t *pubsubTable) memberOfAny(node, addr string) bool {
+// memberOfAny reports whether addr is a member of some pubsub on node, and
+// whether any pubsub runs on node.
+func (t *pubsubTable) memberOfAny(node, addr string) (member, runs bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, rt := range t.m[node] {
 		if rt.IsMember(addr) {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, len(t.m[node]) > 0
 }
 
 // Wire type names and field numbers, from the generated descriptors.
@@ -403,6 +404,9 @@ func isWorker(rest string) bool {
 
 // checkAck passes an ack only if the worker node it names is a member of a
 // pubsub on the target's node (and, with TLS, one the certificate is for).
+// On a node that runs no pubsub acks are no producer's: they pass (protoactor
+// delivers locally only to this node's address, or to "nonhost", which is
+// refused).
 func (s *guardedStream) checkAck(env *remote.MessageEnvelope, target *actor.PID, typ string) (bool, error) {
 	if env.SerializerId != 0 {
 		return false, fmt.Errorf("%s must be protobuf-serialized, got serializer %d", typ, env.SerializerId)
@@ -412,10 +416,11 @@ func (s *guardedStream) checkAck(env *remote.MessageEnvelope, target *actor.PID,
 		return false, fmt.Errorf("failed to deserialize %s: %w", typ, err)
 	}
 	reason := ""
+	member, runs := pubsubs.memberOfAny(target.Address, node)
 	switch {
 	case s.cert != nil && !CertAllows(s.cert, node):
 		reason = fmt.Sprintf("names worker node %q, which certificate %s is not for", node, certName(s.cert))
-	case !pubsubs.memberOfAny(target.Address, node):
+	case !member && (runs || target.Address == "nonhost" || target.Address == ""):
 		reason = fmt.Sprintf("names worker node %q, not a member of any pubsub on %s", node, target.Address)
 	default:
 		return true, nil
