@@ -201,9 +201,9 @@ func TestTLSRefusesOutsiders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		h.intact(t)
 		test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains("sender address the peer's certificate is not for") },
 			test.Sprintf("the node did not log the forged sender"))
-		h.intact(t)
 	})
 }
 
