@@ -198,7 +198,9 @@ func (ps *PubSub) NodeName() string { return ps.rt.Node }
 
 // PID is the pubsub's well-known local PID. Actors may send it a
 // *messages.Broadcast, routed as Broadcast with the sender's PID (use
-// Request to get a *messages.BroadcastResult back).
+// Request to get a *messages.BroadcastResult back). From another node the
+// edge guard takes it only from a member of this pubsub and only as a
+// request (with a sender, so that it can check who sent it).
 func (ps *PubSub) PID() *actor.PID { return ps.root }
 
 // Subscribe makes pid (a local actor) receive every message broadcast on

@@ -206,4 +206,3 @@ func TestTLSRefusesOutsiders(t *testing.T) {
 			test.Sprintf("the node did not log the forged sender"))
 	})
 }
-
