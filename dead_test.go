@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -85,5 +88,45 @@ func TestDirectBroadcastToNonMember(t *testing.T) {
 	}
 	if err := nd.PS.DirectBroadcast(nd.Addr, "match", stamp(1)); err != nil {
 		t.Fatalf("DirectBroadcast to this node: %v", err)
+	}
+}
+
+// crashingProducer crashes the producer it runs in on every send.
+type crashingProducer struct{}
+
+func (crashingProducer) Send(string, proto.Message) error {
+	panic("test: producer crashes on every send")
+}
+func (crashingProducer) Receive(string, proto.Message) error { return nil }
+func (crashingProducer) Delivered(string, uint64)            {}
+func (crashingProducer) Acked(string, proto.Message)         {}
+
+// TestDeadAfterRestartLimit: a producer that crashes on every send (it
+// sends to its peer as soon as it starts) exceeds its restart intensity,
+// its group then exceeds the root's, and the pubsub says it is dead instead
+// of accepting broadcasts it cannot deliver.
+func TestDeadAfterRestartLimit(t *testing.T) {
+	log := test.Logger(t, zerolog.ErrorLevel) // every crash logs; the test reads Done and Err
+	var nodes []*test.Node
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		system, r := test.StartRemote(t, log)
+		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
+		addrs = append(addrs, system.Address())
+	}
+	nodes[0].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)), echopubsub.WithFaultHook(crashingProducer{}))
+	nodes[1].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)))
+	ps := nodes[0].PS
+	select {
+	case <-ps.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done not closed: the producer crashes on every send, so the root must give up on its group")
+	}
+	err := ps.Err()
+	if !errors.Is(err, echopubsub.ErrStopped) || !strings.Contains(err.Error(), "stopped for good") {
+		t.Fatalf("Err = %v, want ErrStopped saying a child stopped for good", err)
+	}
+	if err := ps.Broadcast(nil, "match", stamp(1)); !errors.Is(err, echopubsub.ErrStopped) {
+		t.Fatalf("Broadcast on a dead pubsub: %v, want ErrStopped", err)
 	}
 }
