@@ -1,9 +1,11 @@
 package echopubsub
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 
@@ -30,7 +32,8 @@ func NodeURI(addr string) *url.URL { return &url.URL{Scheme: uriScheme, Host: ad
 // (RootCAs; ClientCAs defaults to it). The server requires and verifies a
 // client certificate from ClientCAs whatever c.ClientAuth says, so a process
 // without a certificate from the cluster CA cannot connect at all; dials
-// verify the server's certificate against RootCAs and the dialed host.
+// verify the server's certificate against RootCAs and that it stands for
+// the dialed address (CertAllows: to the port, with a NodeURI SAN).
 // RemoteConfig's guard then checks that every address a peer claims (its
 // senders, its connect handshake, the node in its requests and acks) is one
 // its certificate stands for (CertAllows). A nil c fails every connection.
@@ -55,8 +58,33 @@ func WithTLS(c *tls.Config) remote.ConfigOption {
 		rc.ServerOptions = append(rc.ServerOptions, grpc.Creds(credentials.NewTLS(server)))
 		// Appended after RemoteConfig's insecure default: the last transport
 		// credentials given win.
-		rc.DialOptions = append(rc.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(client)))
+		rc.DialOptions = append(rc.DialOptions, grpc.WithTransportCredentials(nodeCreds{credentials.NewTLS(client)}))
 	}
+}
+
+// nodeCreds checks, after the TLS handshake of a dial, that the server's
+// certificate stands for the address dialed, not only for its host.
+type nodeCreds struct{ credentials.TransportCredentials }
+
+func (c nodeCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	ti, ok := info.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("echopubsub: server at %q showed no certificate", authority)
+	}
+	if cert := ti.State.PeerCertificates[0]; !CertAllows(cert, authority) {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("echopubsub: server certificate %s is not for node %q", certName(cert), authority)
+	}
+	return conn, info, nil
+}
+
+func (c nodeCreds) Clone() credentials.TransportCredentials {
+	return nodeCreds{c.TransportCredentials.Clone()}
 }
 
 // LoadTLS builds the tls.Config WithTLS needs from PEM files: the cluster
