@@ -64,7 +64,9 @@ func WithTLS(c *tls.Config) remote.ConfigOption {
 
 // nodeCreds checks, after the TLS handshake of a dial, that the server's
 // certificate stands for the address dialed, not only for its host.
-type nodeCreds struct{ credentials.TransportCredentials }
+type nodeCreds struct {
+	credentials.TransportCredentials
+}
 
 func (c nodeCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
