@@ -112,8 +112,12 @@ func TestHostileSystemMessages(t *testing.T) {
 			}
 			barrier(t, system, addr)
 			h.intact(t)
-			test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains("dropped a message from the wire to the pubsub tree") },
+			const dropped = "dropped a message from the wire to the pubsub tree"
+			test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains(dropped) },
 				test.Sprintf("the guard did not log what it dropped"))
+			if n := h.logs.Count(dropped); n != 1 {
+				t.Errorf("%d messages from one sender logged %d times, want once", 12*len(treeActors), n)
+			}
 		})
 	}
 	t.Run("Restart", func(t *testing.T) {
@@ -167,6 +171,20 @@ func TestHostileNonMember(t *testing.T) {
 	}
 	if reason := barrier(t, system, addr); !strings.Contains(reason, "is not a member") {
 		t.Fatalf("a non-member's Broadcast answered %q, want: not a member", reason)
+	}
+	// A request without a sender cannot be checked (nor answered): dropped.
+	// An ack naming a worker node that is no member: dropped.
+	reg := payload(t, &messages.Register{ProtocolVersion: 1, PubsubName: "scores", ProducerNode: node, ProducerIncarnation: 1})
+	ack := payload(t, &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: 1 << 40, WorkerNode: "127.0.0.1:1"})
+	if err := sendBatch(t, addr, &remote.MessageBatch{
+		TypeNames: []string{"echopubsub.v1.Register", "echopubsub.v1.BatchAck"},
+		Targets:   []*actor.PID{workerPID(addr), actor.NewPID(addr, "future$1")},
+		Envelopes: []*remote.MessageEnvelope{{TypeId: 0, MessageData: reg, Target: 0}, {TypeId: 1, MessageData: ack, Target: 1}},
+	}); err != nil {
+		t.Fatalf("the node closed the stream: %v", err)
+	}
+	for _, want := range []string{"dropped a request without a sender", "dropped an ack"} {
+		test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains(want) }, test.Sprintf("the node did not log %q", want))
 	}
 	h.intact(t)
 	if spy.Len() != 0 {
