@@ -94,5 +94,14 @@
 //	err = ps.Subscribe(sub, "match:42")
 //	err = ps.Broadcast(nil, "match:42", &scorepb.Goal{...})
 //
+// # Trust boundary
+//
+// What a peer may send to a node's pubsubs is decided in one place, the
+// edge guard RemoteConfig installs (GuardStream; rules in guard.go): no
+// protoactor system message from the wire reaches the tree, only members
+// send requests, and a producer names the node it sends from. WithTLS adds
+// mutual TLS, which proves that node: see README, "Securing a cluster".
+// A pubsub that can no longer deliver says so: Done, Err, ErrStopped.
+//
 // The supervision tree is described in package supervision.
 package echopubsub

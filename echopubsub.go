@@ -55,6 +55,8 @@ var (
 	ErrTooLarge     = actors.ErrTooLarge
 	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
 	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
+	// ErrNotMember: the node named is not a current member of the pubsub.
+	ErrNotMember = errors.New("echopubsub: not a member of this pubsub")
 )
 
 // SubscriberMailbox is the mailbox a bounded subscriber is spawned with;
@@ -160,13 +162,19 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
+	// From here the edge guard (RemoteConfig) lets this pubsub's members in.
+	pubsubs.add(rt)
 	ps := &PubSub{rt: rt, membership: o.membership, root: root, registry: rt.RegistryPID()}
 	if err := ps.waitReady(); err != nil {
+		rt.Close()
+		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: tree did not come up: %w", cfg.Name, err)
 	}
 	self := cluster.Member{Address: addr, Name: addr, Incarnation: rt.Incarnation}
 	if err := o.membership.Start(cluster.Env{System: system, Self: self, Service: cfg.Name, Owner: root, Log: rt.Log}); err != nil {
+		rt.Close()
+		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
 	}
@@ -213,7 +221,9 @@ func (ps *PubSub) NodeName() string { return ps.rt.Node }
 
 // PID is the pubsub's well-known local PID. Actors may send it a
 // *messages.Broadcast, routed as Broadcast with the sender's PID (use
-// Request to get a *messages.BroadcastResult back).
+// Request to get a *messages.BroadcastResult back). From another node the
+// edge guard takes it only from a member of this pubsub and only as a
+// request (with a sender, so that it can check who sent it).
 func (ps *PubSub) PID() *actor.PID { return ps.root }
 
 // Subscribe makes pid (a local actor) receive every message broadcast on
@@ -284,8 +294,8 @@ func subOpts(opts []SubscribeOption) (actors.SubOptions, error) {
 }
 
 func (ps *PubSub) ask(req interface{}) error {
-	if ps.stopped() {
-		return ErrStopped
+	if err := ps.rt.Err(); err != nil {
+		return err
 	}
 	res, err := ps.rt.System.Root.RequestFuture(ps.registry, req, ps.rt.Cfg.CallTimeout).Result()
 	if err != nil {
@@ -297,14 +307,15 @@ func (ps *PubSub) ask(req interface{}) error {
 	return fmt.Errorf("echopubsub: registry answered %T", res)
 }
 
-func (ps *PubSub) stopped() bool {
-	select {
-	case <-ps.rt.Done():
-		return true
-	default:
-		return false
-	}
-}
+// Done is closed once the pubsub can no longer deliver: after Stop, or when
+// its supervision tree died (its root actor stopped, or a child exceeded its
+// restart intensity). From then on Broadcast, Subscribe and the other calls
+// fail with an error wrapping ErrStopped.
+func (ps *PubSub) Done() <-chan struct{} { return ps.rt.Done() }
+
+// Err is nil while the pubsub runs; once Done is closed it says why: exactly
+// ErrStopped after Stop, an error wrapping ErrStopped otherwise.
+func (ps *PubSub) Err() error { return ps.rt.Err() }
 
 func (ps *PubSub) entry(topic string, msg proto.Message) (actors.Entry, error) {
 	if topic == "" {
@@ -350,8 +361,8 @@ func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message
 // LocalBroadcast sends msg to this node's subscribers of topic only. It is
 // not buffered and has no cursor.
 func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
-	if ps.stopped() {
-		return ErrStopped
+	if err := ps.rt.Err(); err != nil {
+		return err
 	}
 	e, err := ps.entry(topic, msg)
 	if err != nil {
@@ -363,10 +374,17 @@ func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
 
 // DirectBroadcast sends msg to the subscribers of topic on node only, with
 // the same guarantee as Broadcast (it travels in the buffered stream; other
-// nodes acknowledge it without delivering).
+// nodes acknowledge it without delivering). node is a member's address (this
+// node's included); any other node is an error, not a message nobody gets.
 func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
 	if node == "" {
 		return fmt.Errorf("echopubsub: DirectBroadcast needs a node name")
+	}
+	if !ps.rt.IsMember(node) {
+		if err := ps.rt.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: DirectBroadcast to %q", ErrNotMember, node)
 	}
 	e, err := ps.entry(topic, msg)
 	if err != nil {
@@ -382,8 +400,8 @@ func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("echopubsub: Stats needs a context, got nil")
 	}
-	if ps.stopped() {
-		return nil, ErrStopped
+	if err := ps.rt.Err(); err != nil {
+		return nil, err
 	}
 	var out []GroupStats
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
@@ -438,6 +456,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
+		pubsubs.remove(ps.rt)
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

@@ -25,6 +25,8 @@ import (
 )
 
 // hostileTarget is two honest nodes; the hostile peer attacks nodes[0].
+// members are extra addresses in the static membership (a hostile peer that
+// is a member).
 type hostileTarget struct {
 	nodes []*test.Node
 	logs  *test.Captured
@@ -32,10 +34,10 @@ type hostileTarget struct {
 	seq   uint64
 }
 
-func startHostileTarget(t *testing.T) *hostileTarget {
+func startHostileTarget(t *testing.T, members ...string) *hostileTarget {
 	log, logs := test.CapturingLogger(t, zerolog.InfoLevel)
 	h := &hostileTarget{logs: logs}
-	var addrs []string
+	addrs := append([]string(nil), members...)
 	for i := 0; i < 2; i++ {
 		system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.WarnLevel)))
 		r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
@@ -191,15 +193,17 @@ func TestHostilePeerWire(t *testing.T) {
 	}
 }
 
-// TestHostilePeerProtocol: a peer that speaks the wire format but lies in
+// TestHostilePeerProtocol: a member that speaks the wire format but lies in
 // EchoPubSub's protocol gets negative acks, never moves a known producer's
 // stream backwards, and cannot take the node down.
 func TestHostilePeerProtocol(t *testing.T) {
-	h := startHostileTarget(t)
-	// The hostile peer is a protoactor node that is no member of the pubsub.
+	// The hostile peer is a protoactor node that is a member of the pubsub
+	// (it runs no pubsub itself): the edge guard lets its requests through
+	// to the worker (a non-member's: TestHostileNonMember).
 	log := test.Logger(t, zerolog.WarnLevel)
 	system, r := test.StartRemote(t, log)
 	t.Cleanup(func() { r.Shutdown(false); system.Shutdown() })
+	h := startHostileTarget(t, system.Address())
 	worker := workerPID(h.nodes[0].Addr)
 	ask := func(req proto.Message) interface{} {
 		t.Helper()
@@ -215,7 +219,7 @@ func TestHostilePeerProtocol(t *testing.T) {
 		return &messages.Entry{Topic: "hostile", PayloadType: typ, Payload: b}
 	}
 	base := func() (uint32, string, string, uint64, uint32) {
-		return messages.ProtocolVersion, "scores", "hostile-node", 1, 0
+		return messages.ProtocolVersion, "scores", system.Address(), 1, 0
 	}
 	// reg is a join at next, for the worker incarnation a probe reports.
 	reg := func(inc, next uint64) *messages.Register {
@@ -286,7 +290,7 @@ func TestHostilePeerProtocol(t *testing.T) {
 		wantAck(ask(b), messages.AckStatus_ACK_STATUS_REJECTED, 0, "group 3")
 		b = bat(1, 111, entry(7))
 		b.ProducerNode = ""
-		wantAck(ask(b), messages.AckStatus_ACK_STATUS_REJECTED, 0, "producer node is empty")
+		wantAck(ask(b), messages.AckStatus_ACK_STATUS_REJECTED, 0, `claims producer node ""`)
 		wantAck(ask(bat(1, math.MaxUint64, entry(7), entry(8))), messages.AckStatus_ACK_STATUS_REJECTED, 0, "overflows")
 		b = bat(1, 111, entry(7))
 		b.PayloadSize[0] += 5 // columns that disagree: sizes beyond the payload bytes
@@ -297,15 +301,21 @@ func TestHostilePeerProtocol(t *testing.T) {
 		test.Eventually(t, 5*time.Second, func() bool { return h.logs.Contains("rejected batch") },
 			test.Sprintf("rejections were not logged"))
 	})
-	t.Run("huge batch within the limit", func(t *testing.T) {
+	t.Run("batch over the receiver's limits", func(t *testing.T) {
+		// fastConfig: MaxBatchMessages 10,000, MaxBatchBytes 1 MiB.
 		entries := make([]*messages.Entry, 0, 20_000)
 		for i := 0; i < 20_000; i++ {
 			e := entry(uint64(1000 + i))
 			e.Topic = "nobody-listens"
-			e.Payload = append(e.Payload, make([]byte, 1000)...)
 			entries = append(entries, e)
 		}
-		wantAck(ask(bat(1, 102, entries...)), messages.AckStatus_ACK_STATUS_OK, 102+20_000, "")
+		wantAck(ask(bat(1, 102, entries...)), messages.AckStatus_ACK_STATUS_REJECTED, 0, "over this node's MaxBatchMessages 10000")
+		big := entry(1)
+		big.Topic = "nobody-listens"
+		big.Payload = make([]byte, 2<<20)
+		wantAck(ask(bat(1, 102, big)), messages.AckStatus_ACK_STATUS_REJECTED, 0, "over this node's MaxBatchBytes 1048576")
+		// Rejected whole: nothing of either was taken, the stream goes on at 102.
+		wantAck(ask(bat(1, 102, entries[:10_000]...)), messages.AckStatus_ACK_STATUS_OK, 102+10_000, "")
 	})
 	t.Run("flood of registrations", func(t *testing.T) {
 		const n = 5000

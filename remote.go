@@ -26,10 +26,9 @@ const MaxFrameBytes = 64 << 20
 //	r.Start()
 //
 // It adds, before opts:
-//   - a guard around protoactor's gRPC stream handler: a peer that sends an
-//     unknown proto type name or malformed bytes makes protoactor panic
-//     inside the handler, which would kill this node. The guard recovers,
-//     logs the peer's error and closes only that peer's stream;
+//   - the edge guard (GuardStream) around protoactor's gRPC stream handler:
+//     what a peer may send to this node's pubsubs, checked in one place;
+//     malformed traffic closes only that peer's stream;
 //   - a 64 MiB message limit on the server and on dials (see MaxFrameBytes);
 //   - keepalive pings (every 2 s, 2 s timeout) so a silently dead peer is
 //     noticed in seconds rather than at TCP's timeout, and a server policy
@@ -38,6 +37,11 @@ const MaxFrameBytes = 64 << 20
 //     cut-off peer fails fast and is retried by EchoPubSub's own loop;
 //   - endpoint queues that start at 4096 slots and grow, instead of
 //     protoactor's preallocated 1,000,000 (16 MiB per peer, scanned by the GC).
+//
+// Without WithTLS among opts, node-to-node traffic is plaintext and a peer's
+// addresses are what it says they are: the guard still keeps non-members and
+// system messages away from the pubsubs, but only WithTLS proves who a peer
+// is (see README, "Securing a cluster").
 func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.ConfigOption) *remote.Config {
 	base := []remote.ConfigOption{
 		remote.WithServerOptions(
@@ -63,10 +67,13 @@ func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.Conf
 	return cfg
 }
 
-// GuardStream is the gRPC stream interceptor RemoteConfig installs: it turns
-// a panic in protoactor's stream handler (a hostile or broken peer) into an
-// error for that stream alone.
+// GuardStream is the gRPC stream interceptor RemoteConfig installs, the one
+// place that decides what a peer may do (see guard.go for the rules): it
+// filters every envelope protoactor decodes from the stream before any actor
+// sees it, and turns a panic in protoactor's stream handler (a hostile or
+// broken peer) into an error for that stream alone.
 func GuardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
+	g := newGuard(log)
 	return func(srv interface{}, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -75,7 +82,7 @@ func GuardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
 				err = status.Errorf(codes.InvalidArgument, "echopubsub: malformed message: %v", r)
 			}
 		}()
-		return handler(srv, ss)
+		return g.intercept(srv, ss, info, handler)
 	}
 }
 

@@ -18,7 +18,7 @@ type Config struct {
 	// stream stays ordered. Defaults to 1.
 	PoolSize int
 	// BufferSize is the number of recent messages each producer keeps for
-	// replay. Defaults to 10_000.
+	// replay. At most MaxBufferSize. Defaults to 10_000.
 	BufferSize int
 	// BatchInterval is how long a producer collects writes before a flush.
 	// 0 flushes as soon as a node has no batch in flight, coalescing what
@@ -38,15 +38,20 @@ type Config struct {
 	CapacityWarningThreshold float64
 	// CapacityWarningInterval throttles that warning. Defaults to 60s.
 	CapacityWarningInterval time.Duration
-	// MaxBatchMessages bounds the entries in one batch. Defaults to 10_000.
+	// MaxBatchMessages bounds the entries in one batch, sent and received:
+	// a batch from a peer with more entries is rejected whole, so give every
+	// node the same value. At most MaxBatchMessagesLimit. Defaults to 10_000.
 	MaxBatchMessages int
 	// MaxBatchesInFlight is how many batches a producer sends a node before
 	// the first is acknowledged: a window that keeps the link busy during a
 	// round trip. 1 is stop-and-wait. In [1, 64]. Defaults to 4.
 	MaxBatchesInFlight int
 	// MaxBatchBytes bounds the payload bytes in one batch (a batch holds at
-	// least one entry). Keep it well under gRPC's receive limit (4 MiB by
-	// default; RemoteConfig raises it to 64 MiB). Defaults to 1 MiB.
+	// least one entry), sent and received: a batch from a peer with more
+	// payload bytes is rejected whole, so give every node the same value.
+	// Keep it well under gRPC's receive limit (4 MiB by default;
+	// RemoteConfig raises it to 64 MiB). At most MaxBatchBytesLimit.
+	// Defaults to 1 MiB.
 	MaxBatchBytes int
 	// MaxPendingWrites bounds the broadcasts queued in one producer's
 	// mailbox; Broadcast waits (up to CallTimeout) for room beyond it.
@@ -69,6 +74,13 @@ type Config struct {
 // frame limit that RemoteConfig sets on both sides, leaving room for the
 // framing of protoactor's envelope around a batch.
 const MaxBatchBytesLimit = 32 << 20
+
+// MaxBufferSize is the largest BufferSize: 16,777,216 slots, 128 MiB of
+// pointers per producer before any message is held.
+const MaxBufferSize = 1 << 24
+
+// MaxBatchMessagesLimit is the largest MaxBatchMessages.
+const MaxBatchMessagesLimit = 1 << 20
 
 // DefaultConfig returns the defaults of the Elixir EchoPubSub for name.
 func DefaultConfig(name string) Config {
@@ -111,6 +123,12 @@ func (c Config) Validate() error {
 		if f.v <= 0 {
 			return fmt.Errorf("echopubsub: config %s must be > 0, got %d", f.name, f.v)
 		}
+	}
+	if c.BufferSize > MaxBufferSize {
+		return fmt.Errorf("echopubsub: config BufferSize must be <= %d, got %d", MaxBufferSize, c.BufferSize)
+	}
+	if c.MaxBatchMessages > MaxBatchMessagesLimit {
+		return fmt.Errorf("echopubsub: config MaxBatchMessages must be <= %d, got %d", MaxBatchMessagesLimit, c.MaxBatchMessages)
 	}
 	if c.MaxBatchBytes > MaxBatchBytesLimit {
 		return fmt.Errorf("echopubsub: config MaxBatchBytes must be <= %d (half the gRPC frame limit RemoteConfig sets), got %d", MaxBatchBytesLimit, c.MaxBatchBytes)

@@ -51,7 +51,7 @@ type StatsQuery struct{}
 // its incarnation with every node that is reachable, once that node
 // acknowledged everything written. The producer answers *Drained when no
 // reachable node is left to wait for. Nodes that are away (absent, or
-// failing calls) are not waited for: they are told when they return.
+// failing drainGiveUp calls in a row) are not waited for.
 type Drain struct{}
 
 // Drained answers Drain.
@@ -613,6 +613,11 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 	})
 }
 
+// drainGiveUp is the consecutive failed calls after which a draining
+// producer stops waiting for a node: a refusal or two is often passing (a
+// peer that has not listed this node yet), a node down for good fails fast.
+const drainGiveUp = 3
+
 // checkDrain answers Drain once no reachable node is left to wait for.
 func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
@@ -623,7 +628,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 		switch {
 		case pe.retired:
 			res.Retired++
-		case pe.absent || pe.failures > 0:
+		case pe.absent || pe.failures >= drainGiveUp:
 			lag := uint64(0)
 			if d, err := p.ring.Decide(pe.next); err == nil && pe.workerInc != 0 {
 				lag = d.Lag

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -46,7 +47,12 @@ type Runtime struct {
 	producers []*actor.PID
 	done      chan struct{}
 	closeOnce sync.Once
-	sendMu    sync.RWMutex // Enqueue's send (read) against Close (write)
+	sendMu    sync.RWMutex // Enqueue's send (read) against Close and Fail (write)
+	err       error        // why done was closed; written once, before the close
+	// members is the addresses of the current members (this node
+	// included), published by the root on every membership event for the
+	// edge guard and DirectBroadcast, which read it from other goroutines.
+	members atomic.Pointer[map[string]struct{}]
 }
 
 // NewRuntime builds the shared parts of a pubsub on system.
@@ -57,6 +63,7 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHo
 	rt.Dispatcher = newDispatcher(system, node, rt.Log)
 	rt.Metrics, _ = NewMetrics(nil, cfg.Name, cfg.PoolSize) // no-op instruments cannot fail; Start may replace them
 	rt.done = make(chan struct{})
+	rt.members.Store(&map[string]struct{}{node: {}})
 	for i := 0; i < cfg.PoolSize; i++ {
 		rt.Credits = append(rt.Credits, make(chan struct{}, cfg.MaxPendingWrites))
 		rt.producers = append(rt.producers, rt.ProducerPID(uint32(i)))
@@ -67,9 +74,26 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHo
 // RootProps is the pubsub's root supervisor (see package supervision for
 // the tree).
 func (rt *Runtime) RootProps() *actor.Props {
+	members := map[string]cluster.Member{} // survives a restart of the root, as the membership does not resend
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &root{rt: rt, members: map[string]cluster.Member{}}
+		return &root{rt: rt, members: members}
 	}, actor.WithSupervisor(supervision.OneForOne()), supervision.IgnorePoisonPill())
+}
+
+// IsMember reports whether addr is the address of a current member of this
+// pubsub (this node included). Safe for concurrent use.
+func (rt *Runtime) IsMember(addr string) bool {
+	_, ok := (*rt.members.Load())[addr]
+	return ok
+}
+
+func (r *root) publishMembers() {
+	set := make(map[string]struct{}, len(r.members)+1)
+	set[r.rt.Node] = struct{}{}
+	for _, m := range r.members {
+		set[m.Address] = struct{}{}
+	}
+	r.rt.members.Store(&set)
 }
 
 // RootPID, RegistryPID and ProducerPID are the fixed local PIDs of the tree.
@@ -124,9 +148,17 @@ func (r *root) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping, *actor.Restarting:
 		r.stopping = true
+	case *actor.Stopped:
+		// Stop closed done first; anything else that stops the root (its
+		// parent giving up on restarts, a local Stop) leaves a pubsub that
+		// can no longer deliver: say so from now on.
+		if r.rt.Fail(fmt.Errorf("%w: the pubsub's root actor %s stopped", ErrStopped, ctx.Self().Id)) {
+			r.rt.Log.Error().Msg("pubsub root stopped without Stop: this pubsub no longer delivers")
+		}
 	case *actor.Terminated:
 		if !r.stopping && strings.HasPrefix(m.Who.Id, ctx.Self().Id+"/") {
 			r.rt.Log.Error().Str("child", m.Who.Id).Msg("pubsub child stopped for good (restart intensity exceeded): this pubsub no longer delivers")
+			r.rt.Fail(fmt.Errorf("%w: %s stopped for good (restart intensity exceeded)", ErrStopped, m.Who.Id))
 		}
 	case *cluster.Event:
 		switch m.Kind {
@@ -135,6 +167,7 @@ func (r *root) Receive(ctx actor.Context) {
 		case cluster.Left:
 			delete(r.members, m.Member.Name)
 		}
+		r.publishMembers()
 		for _, p := range r.rt.producers {
 			ctx.Send(p, m)
 		}
@@ -213,7 +246,7 @@ func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 	g := rt.Group(from)
 	select {
 	case <-rt.done:
-		return ErrStopped
+		return rt.err
 	default:
 	}
 	select {
@@ -226,7 +259,7 @@ func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 		case <-t.C:
 			return ErrBusy
 		case <-rt.done:
-			return ErrStopped
+			return rt.err
 		}
 	}
 	// Under sendMu: a write accepted here reaches the producer's mailbox
@@ -236,7 +269,7 @@ func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 	select {
 	case <-rt.done:
 		<-rt.Credits[g] // give back the credit the producer will never take
-		return ErrStopped
+		return rt.err
 	default:
 	}
 	rt.System.Root.Send(rt.producers[g], &Write{Entry: e, Msg: msg})
@@ -250,15 +283,35 @@ func (rt *Runtime) LocalDeliver(e Entry, msg proto.Message) {
 		Exclude: e.Exclude, Node: rt.Node, Local: true})
 }
 
-// Done is closed by Close.
+// Done is closed once the pubsub can no longer deliver: by Close, or by
+// Fail when the tree died.
 func (rt *Runtime) Done() <-chan struct{} { return rt.done }
+
+// Err is nil while Done is open, then why it closed: ErrStopped after
+// Close, an error wrapping ErrStopped after Fail.
+func (rt *Runtime) Err() error {
+	select {
+	case <-rt.done:
+		return rt.err
+	default:
+		return nil
+	}
+}
 
 // Close makes Enqueue fail with ErrStopped from now on: when it returns,
 // every write Enqueue accepted is in its producer's mailbox. Idempotent.
-func (rt *Runtime) Close() {
+func (rt *Runtime) Close() { rt.Fail(ErrStopped) }
+
+// Fail closes Done with err (which must wrap ErrStopped) unless it is
+// closed already; it reports whether it did.
+func (rt *Runtime) Fail(err error) bool {
+	did := false
 	rt.closeOnce.Do(func() {
 		rt.sendMu.Lock()
+		rt.err = err
 		close(rt.done)
 		rt.sendMu.Unlock()
+		did = true
 	})
+	return did
 }

@@ -61,3 +61,11 @@ func (w *Captured) Contains(s string) bool {
 	defer w.mu.Unlock()
 	return strings.Contains(w.kept.String(), s)
 }
+
+// Count is how many times s occurs in what was logged so far (only a
+// CapturingLogger keeps what was logged).
+func (w *Captured) Count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Count(w.kept.String(), s)
+}

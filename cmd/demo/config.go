@@ -27,6 +27,10 @@ type Config struct {
 	// Consul is a Consul agent address for membership. Defaults to empty:
 	// the embedded static membership, which needs nothing installed.
 	Consul string
+	// TLS runs the nodes over mutual TLS with a throw-away CA and node
+	// certificates made in a temporary directory (removed on Stop).
+	// Defaults to false.
+	TLS bool
 	// LogLevel is the zerolog level of the demo and its nodes. Defaults to
 	// "error": cutting nodes off is the point, so transport warnings are
 	// expected and hidden.

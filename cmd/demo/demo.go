@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cmd/demo/scorepb"
+	"github.com/echopubsub/echopubsub/internal/devca"
 )
 
 // Demo is a running ScoreBoard: the source of truth, one proxy and one
@@ -33,6 +37,7 @@ type Demo struct {
 	burst     chan struct{}
 	ready     chan struct{} // closed once every node has registered with every other
 	readyOnce sync.Once
+	tlsDir    string // with Config.TLS: the CA and node certificates
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // scorer and poller
@@ -109,6 +114,12 @@ func Start(ctx context.Context, cfg Config) (*Demo, error) {
 		d.byAddr[specs[i].Advertise] = i + 1
 		d.links[i+1] = &linkState{mode: "online", changedAt: time.Now()}
 	}
+	if cfg.TLS {
+		if err := d.makeCerts(specs); err != nil {
+			d.Stop(context.Background())
+			return nil, err
+		}
+	}
 	for i := range specs {
 		specs[i].Peers = peers
 		specs[i].BufferSize = cfg.BufferSize
@@ -180,9 +191,43 @@ func (d *Demo) Stop(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+		if d.tlsDir != "" {
+			if err := os.RemoveAll(d.tlsDir); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		d.stopErr = errors.Join(errs...)
 	})
 	return d.stopErr
+}
+
+// TLSDir is where the CA and node certificates are (Config.TLS), or "".
+func (d *Demo) TLSDir() string { return d.tlsDir }
+
+// makeCerts makes a throw-away CA and, for each node, a certificate that
+// stands for exactly its advertised address (a URI SAN, see
+// echopubsub.NodeURI) and for 127.0.0.1 (which dials verify), as PEM files
+// in a fresh temporary directory.
+func (d *Demo) makeCerts(specs []nodeSpec) error {
+	dir, err := os.MkdirTemp("", "echopubsub-demo-tls-")
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	d.tlsDir = dir
+	ca, err := devca.New("ScoreBoard demo CA")
+	if err != nil {
+		return err
+	}
+	var ids []devca.Identity
+	for i := range specs {
+		id := devca.Identity{Name: fmt.Sprintf("node%d", specs[i].Index), URIs: []*url.URL{echopubsub.NodeURI(specs[i].Advertise)},
+			IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}
+		ids = append(ids, id)
+		specs[i].TLSCA = filepath.Join(dir, "ca.pem")
+		specs[i].TLSCert = filepath.Join(dir, id.Name+".pem")
+		specs[i].TLSKey = filepath.Join(dir, id.Name+"-key.pem")
+	}
+	return ca.WriteFiles(dir, ids...)
 }
 
 func (d *Demo) event(kind string, node int, text string) {

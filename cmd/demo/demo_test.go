@@ -331,12 +331,12 @@ func buildDemo(t *testing.T) string {
 }
 
 // runDemo starts the demo on a free port and returns the URL it prints.
-func runDemo(t *testing.T, bin string) (string, *exec.Cmd) {
+func runDemo(t *testing.T, bin string, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	// A goal every 3 s leaves 15 s before node 2's 5-message buffer
 	// overflows: room for a loaded CI machine between "offline" and the
 	// replay, which waits for protoactor's reconnect.
-	cmd := exec.Command(bin, "-port", "0", "-goal-every", "3s")
+	cmd := exec.Command(bin, append([]string{"-port", "0", "-goal-every", "3s"}, args...)...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -3,6 +3,7 @@
 // page to cut nodes off and watch the guarantee hold.
 //
 //	go run ./cmd/demo            # 3 nodes, buffer 5, page on 127.0.0.1:4000
+//	go run ./cmd/demo -tls       # the same over mutual TLS (throw-away CA)
 //	go run ./cmd/demo -h         # every flag
 //
 // main only parses flags, validates, starts and waits for Ctrl-C; the demo
@@ -37,6 +38,7 @@ func main() {
 	fs.DurationVar(&cfg.GoalEvery, "goal-every", cfg.GoalEvery, "time between two automatic goals")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "HTTP port of the page on 127.0.0.1 (0: any free port)")
 	fs.StringVar(&cfg.Consul, "consul", cfg.Consul, "Consul agent address (host:port) for membership; empty: the embedded static membership")
+	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run the nodes over mutual TLS, with a throw-away CA and certificates made in a temp dir")
 	fs.StringVar(&cfg.LogLevel, "log", cfg.LogLevel, "log level of the demo and its nodes (debug, info, warn, error)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
 
@@ -52,6 +54,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
+	}
+	if cfg.TLS {
+		fmt.Printf("Nodes talk mutual TLS; CA and node certificates in %s (removed on exit)\n", d.TLSDir())
 	}
 	fmt.Printf("ScoreBoard is running: open %s (Ctrl-C stops every node)\n", d.URL())
 

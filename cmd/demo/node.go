@@ -48,6 +48,11 @@ type nodeSpec struct {
 	Authority     string        `json:"authority"` // URL of the source of truth
 	Consul        string        `json:"consul,omitempty"`
 	LogLevel      string        `json:"log_level"`
+	// TLS: PEM files of the cluster CA, this node's certificate and key
+	// (empty: plaintext).
+	TLSCA   string `json:"tls_ca,omitempty"`
+	TLSCert string `json:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty"`
 }
 
 // readyPrefix starts the one line a node prints on stdout, with its control
@@ -114,8 +119,16 @@ func startNode(spec nodeSpec, log zerolog.Logger) (*node, error) {
 	if log.GetLevel() <= zerolog.DebugLevel {
 		protoLevel = zerolog.DebugLevel
 	}
+	opts := []remote.ConfigOption{remote.WithAdvertisedHost(spec.Advertise)}
+	if spec.TLSCert != "" {
+		tc, err := echopubsub.LoadTLS(spec.TLSCA, spec.TLSCert, spec.TLSKey)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, echopubsub.WithTLS(tc))
+	}
 	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(protoLevel)))
-	rcfg := echopubsub.RemoteConfig(host, port, log, remote.WithAdvertisedHost(spec.Advertise))
+	rcfg := echopubsub.RemoteConfig(host, port, log, opts...)
 	rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithContextDialer(taggedDialer(spec.Index)))
 	r := remote.NewRemote(system, rcfg)
 	if err := startRemote(r); err != nil {
