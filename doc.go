@@ -49,6 +49,11 @@
 // bound is kept, so the window is the fastest round trip (under 20 ms unless
 // every probe is slower).
 //
+// One case is not covered: a producer that ends (a crash, or a graceful Stop
+// while the node stayed unreachable) before it ever reached a node cannot
+// tell that node what it wrote for it, since the node never heard of it; see
+// "Known limits" in docs/operations.md.
+//
 // # Back-pressure
 //
 // A subscriber whose mailbox holds Config.MaxQueueLen messages (or its
