@@ -60,6 +60,7 @@ type Cluster struct {
 	violations []test.Violation
 	pubs       map[string]PubInfo   // every publisher ever, last known
 	finals     map[string]nodeFinal // per process (name#incarnation): last counts
+	killed     map[string]bool      // processes (name#incarnation) killed: their subscribers died
 }
 
 type nodeFinal struct {
@@ -79,7 +80,7 @@ func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
 	if opt.Logf == nil {
 		opt.Logf = func(string, ...interface{}) {}
 	}
-	c = &Cluster{opt: opt, pubs: map[string]PubInfo{}, finals: map[string]nodeFinal{}}
+	c = &Cluster{opt: opt, pubs: map[string]PubInfo{}, finals: map[string]nodeFinal{}, killed: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -199,6 +200,7 @@ func (c *Cluster) startNode(nd *NodeProc) error {
 		"-batch-interval", o.BatchInterval.String(), "-call-timeout", o.CallTimeout.String(),
 		"-retry", o.Retry.String(), "-log-level", o.LogLevel)
 	key := fmt.Sprintf("%s#%d", nd.Name, nd.Incarnation)
+	argv = append(argv, "-record", filepath.Join(o.Dir, key+".rec"))
 	p, _, err := StartProc(key, argv, filepath.Join(o.Dir, nd.Name+".log"), func(p *Proc, ev Event) { c.event(nd.Name, p.Name, ev) })
 	if err != nil {
 		return err
@@ -242,7 +244,19 @@ func (c *Cluster) Publishers() []PubInfo {
 	return out
 }
 
-// Violations returns what the nodes' checkers reported as it happened.
+// Records lists every process's record, the killed ones marked dead.
+func (c *Cluster) Records() ([]RecordFile, error) {
+	c.mu.Lock()
+	dead := make(map[string]bool, len(c.killed))
+	for k, v := range c.killed {
+		dead[k] = v
+	}
+	c.mu.Unlock()
+	return RecordFiles(c.opt.Dir, dead)
+}
+
+// Violations returns what the nodes' checkers reported as it happened
+// (progress only: the verdict is CheckRecords').
 func (c *Cluster) Violations() []test.Violation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -357,6 +371,9 @@ func (c *Cluster) Kill(i int) error {
 	if nd.Paused {
 		_ = nd.Proc.Signal(syscall.SIGCONT)
 	}
+	c.mu.Lock()
+	c.killed[nd.Proc.Name] = true
+	c.mu.Unlock()
 	return nd.Proc.Kill()
 }
 

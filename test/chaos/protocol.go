@@ -57,7 +57,6 @@ const (
 	OpStopPublish = "stop_publish"
 	OpStatus      = "status"
 	OpBehind      = "behind"
-	OpFinish      = "finish"
 	OpCrash       = "crash"
 	OpQuit        = "quit"
 	// OpSkip makes every publisher of the node skip one sequence number: a
@@ -83,6 +82,8 @@ type PubInfo struct {
 	Node  string `json:"node"`
 	Group uint32 `json:"group"`
 	Last  uint64 `json:"last"`
+	// LastAt is when Last was broadcast (unix nanoseconds).
+	LastAt int64 `json:"last_at,omitempty"`
 }
 
 // Event is one line a node or proxy writes.

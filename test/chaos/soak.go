@@ -79,6 +79,11 @@ type Result struct {
 	PeakHWMKB      map[string]int64
 	// DataRaces reported by nodes built with -race.
 	DataRaces int
+	// Record is the verdict: CheckRecords over every process's record.
+	Record *RecordCheck
+	// LiveViolations is what the nodes' live checkers reported (progress
+	// only; the record is the verdict).
+	LiveViolations int
 }
 
 // RunSoak starts a cluster, publishes from every node while injecting each
@@ -185,45 +190,34 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	if err != nil {
 		logf("soak: drain incomplete (the tail check will report it): %v", err)
 	}
-	for _, nd := range c.Live() {
-		ev, err := nd.Proc.Call(Command{Op: OpFinish, Sent: pubs}, 30*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		c.finals[nd.Proc.Name] = nodeFinal{node: nd.Name, counts: ev.Report.Counts, hwm: nd.Proc.Status().HWMKB}
-		c.mu.Unlock()
-		for p, n := range ev.Report.Reorders {
-			res.ReordersPerSender[p] += n
-		}
-		// Tail gaps are found only now; earlier violations were streamed.
-		for _, v := range ev.Report.Violations {
-			if v.Got > 0 && isTail(v, pubs) {
-				c.mu.Lock()
-				c.violations = append(c.violations, v)
-				c.mu.Unlock()
-			}
-		}
-	}
 	c.mu.Lock()
 	for _, f := range c.finals {
-		res.Counts.Add(f.counts)
-		res.DuplicatesPerNode[f.node] += f.counts.Duplicates
-		res.ExpiriesPerNode[f.node] += f.counts.Expiries
 		if f.hwm > res.PeakHWMKB[f.node] {
 			res.PeakHWMKB[f.node] = f.hwm
 		}
 	}
 	c.mu.Unlock()
-	res.Deliveries = res.Counts.Delivered
-	res.Violations = c.Violations()
-	res.Messages = 0
-	for _, p := range pubs {
-		res.Messages += int64(p.Last)
-	}
-	res.Publishers = len(pubs)
-	c.Close() // the race detector reports on exit, too
+	res.LiveViolations = len(c.Violations())
+	c.Close() // the race detector reports on exit, too; the records are complete
 	res.DataRaces = c.DataRaces()
+	// The verdict: every record, checked offline.
+	files, err := c.Records()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := CheckRecords(files)
+	if err != nil {
+		return nil, fmt.Errorf("checking the records: %w", err)
+	}
+	res.Record = rc
+	res.Counts = rc.Report.Counts
+	res.Deliveries = res.Counts.Delivered
+	res.Violations = rc.Report.Violations
+	res.ReordersPerSender = rc.Report.Reorders
+	res.DuplicatesPerNode = rc.DuplicatesPerNode
+	res.ExpiriesPerNode = rc.ExpiriesPerNode
+	res.Messages = rc.Messages
+	res.Publishers = rc.Publishers
 	res.Duration = time.Since(start)
 	return res, nil
 }
@@ -237,15 +231,6 @@ func subscribe(c *Cluster, i int, o SoakOptions, late bool) error {
 		return err
 	}
 	return nil
-}
-
-func isTail(v test.Violation, pubs []PubInfo) bool {
-	for _, p := range pubs {
-		if p.Name == v.Publisher && v.Got == p.Last+1 {
-			return true
-		}
-	}
-	return false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -399,6 +384,24 @@ func isolate(ctx context.Context, c *Cluster, o SoakOptions, res *Result) error 
 	return c.SetProxy(last, ModePass, 0)
 }
 
+// FalseAlarmReasons are the false alarms per reason.
+func (r *Result) FalseAlarmReasons() map[string]int64 {
+	if r.Record == nil {
+		return nil
+	}
+	return r.Record.Report.FalseAlarmReasons
+}
+
+func nonZero(m map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Summary renders r for logs and docs.
 func (r *Result) Summary() string {
 	s := fmt.Sprintf("duration %v\nmessages %d from %d publishers, %d deliveries checked\nfaults %v\n",
@@ -409,8 +412,16 @@ func (r *Result) Summary() string {
 	if r.DataRaces > 0 {
 		s += fmt.Sprintf("DATA RACES reported by the nodes: %d\n", r.DataRaces)
 	}
-	s += fmt.Sprintf("silent gaps %d (of which a DROPPING notice came right after the jump: %d), reorders %d (per sender %v), covered gaps %d\n",
-		r.Counts.SilentGaps, r.Counts.LateNotices, r.Counts.Reorders, r.ReordersPerSender, r.Counts.CoveredGaps)
+	s += fmt.Sprintf("silent gaps %d (mid-stream %d, start %d, tail %d), reorders %d (per sender %v), covered gaps %d\n",
+		r.Counts.SilentGaps, r.Counts.SilentGaps-r.Counts.StartGaps-r.Counts.TailGaps, r.Counts.StartGaps, r.Counts.TailGaps,
+		r.Counts.Reorders, nonZero(r.ReordersPerSender), r.Counts.CoveredGaps)
+	s += fmt.Sprintf("false alarms %d %v, precautionary (producer restarted, nothing missing) %d, unjudged (dead subscribers) %d\n",
+		r.Counts.FalseAlarms, r.FalseAlarmReasons(), r.Counts.Precautionary, r.Counts.Unjudged)
+	s += fmt.Sprintf("undecodable %d, other unexpected messages %d\n", r.Counts.Undecodable, r.Counts.Other)
+	if r.Record != nil {
+		s += fmt.Sprintf("record: %d files, %d torn last lines, expiries by reason %v; live checkers reported %d violations (progress only)\n",
+			r.Record.Files, r.Record.TornLines, r.Record.Report.ExpiryReasons, r.LiveViolations)
+	}
 	s += fmt.Sprintf("duplicates per node %v\nexpiries per node %v, dropping notices %d, resumed %d\n",
 		r.DuplicatesPerNode, r.ExpiriesPerNode, r.Counts.Dropping, r.Counts.Resumed)
 	s += fmt.Sprintf("rss: baseline %d KiB, highest while a peer was cut %d KiB, peak (VmHWM) per node %v\n",

@@ -21,8 +21,14 @@ func TestSoakShort(t *testing.T) {
 		t.Skip("the soak takes minutes; -short skips it")
 	}
 	netns := chaos.DefaultNetns()
+	skipped := ""
 	if !netns {
-		t.Logf("not root (uid %d) or no ip tool: partitions and packet loss are skipped", os.Getuid())
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but not root (uid %d) or no ip tool: CI must run the partition and packet-loss faults", os.Getuid())
+		}
+		skipped = fmt.Sprintf("SKIPPED partition_oneway, partition_pair, packet_loss: not root (uid %d) or no ip tool", os.Getuid())
+		t.Log(skipped)
+		defer t.Log(skipped) // the test's final line says so too
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -67,6 +73,12 @@ func TestSoakShort(t *testing.T) {
 	}
 	if res.Counts.Delivered == 0 {
 		t.Errorf("nothing was delivered")
+	}
+	if res.Counts.Undecodable != 0 || res.Counts.Other != 0 {
+		t.Errorf("%d undecodable and %d other unexpected messages received, want 0", res.Counts.Undecodable, res.Counts.Other)
+	}
+	if res.Counts.FalseAlarms != 0 {
+		t.Logf("FALSE ALARMS: %d %v (issue 11: the join protocol)", res.Counts.FalseAlarms, res.FalseAlarmReasons())
 	}
 }
 
@@ -137,7 +149,40 @@ func TestHarnessCatchesPlantedGap(t *testing.T) {
 			t.Errorf("unexpected violation %v", v)
 		}
 	}
+	// Stop publishing and let the subscribers catch up before the nodes
+	// quit: the record's tail rule applies to every subscriber still alive.
+	ev, err := c.Call(0, chaos.Command{Op: chaos.OpStopPublish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 20*time.Second, func() bool {
+		for i := range c.Nodes {
+			if b, err := c.Call(i, chaos.Command{Op: chaos.OpBehind, Sent: ev.Pubs}); err != nil || b.Behind > 0 {
+				return false
+			}
+		}
+		return true
+	}, test.Sprintf("subscribers did not catch up with %v", ev.Pubs))
 	c.Close()
+	// The verdict comes from the records: the same gap, on both nodes.
+	files, err := c.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := chaos.CheckRecords(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := map[string]bool{}
+	for _, v := range rc.Report.Violations {
+		if v.Kind != test.SilentGap || v.Publisher != "n0#1/p0" || v.Got != v.Prev+2 {
+			t.Errorf("unexpected violation in the record: %v", v)
+		}
+		subs[v.Subscriber] = true
+	}
+	if len(subs) != 2 {
+		t.Errorf("record: gap reported for subscribers %v, want both", subs)
+	}
 	if n := c.DataRaces(); n > 0 {
 		dumpLogs(t, dir)
 		t.Errorf("the race-built nodes reported %d data races", n)
@@ -174,7 +219,6 @@ func TestSoakSlowSubscribers(t *testing.T) {
 		t.Fatalf("the slow subscribers were never dropped for: the test proves nothing")
 	}
 	if res.Counts.SilentGaps != 0 || res.Counts.Reorders != 0 {
-		t.Errorf("%d silent gaps (%d with the DROPPING notice right after the jump), %d reorders",
-			res.Counts.SilentGaps, res.Counts.LateNotices, res.Counts.Reorders)
+		t.Errorf("%d silent gaps, %d reorders: %v", res.Counts.SilentGaps, res.Counts.Reorders, res.Violations)
 	}
 }
