@@ -330,6 +330,54 @@ func (c *Cluster) SetProxy(i int, mode string, latency time.Duration) error {
 	return err
 }
 
+// ProxyCounters returns what node i's proxy route observed of its faults.
+func (c *Cluster) ProxyCounters(i int) (ProxyCounters, error) {
+	ev, err := c.proxy.Call(Command{Op: OpCounters, Listen: c.Nodes[i].Advertise}, 5*time.Second)
+	if err != nil {
+		return ProxyCounters{}, err
+	}
+	if ev.Counters == nil {
+		return ProxyCounters{}, errors.New("proxy: no counters in reply")
+	}
+	return *ev.Counters, nil
+}
+
+// DroppedPackets sums the packet counters of node i's iptables DROP rules
+// (OUTPUT chain): non-zero once a partition or loss rule dropped something.
+func (c *Cluster) DroppedPackets(i int) (int64, error) {
+	out, err := exec.Command("ip", "netns", "exec", c.Nodes[i].NS, "iptables", "-w", "-L", "OUTPUT", "-v", "-n", "-x").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("iptables -L: %v: %s", err, out)
+	}
+	var n int64
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == "DROP" {
+			v, err := strconv.ParseInt(f[0], 10, 64)
+			if err == nil {
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
+// ProcState is the state letter of node i's process in /proc/<pid>/stat
+// (R, S, T for stopped, ...).
+func (c *Cluster) ProcState(i int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Nodes[i].Proc.Pid()))
+	if err != nil {
+		return "", err
+	}
+	// pid (comm) state ...: comm may hold spaces, so read after the last ')'.
+	s := string(b)
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 || j+2 >= len(s) {
+		return "", fmt.Errorf("bad /proc stat %q", s)
+	}
+	return s[j+2 : j+3], nil
+}
+
 func (c *Cluster) iptables(i int, args ...string) error {
 	return run(append([]string{"ip", "netns", "exec", c.Nodes[i].NS, "iptables", "-w"}, args...)...)
 }

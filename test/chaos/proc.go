@@ -197,6 +197,16 @@ func (p *Proc) Quit(timeout time.Duration) error {
 	}
 }
 
+// ExitState is the process's exit state once it exited (nil before).
+func (p *Proc) ExitState() *os.ProcessState {
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState
+	default:
+		return nil
+	}
+}
+
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
 

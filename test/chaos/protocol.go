@@ -63,9 +63,18 @@ const (
 	// gap of the test's own making, to prove the harness reports one.
 	OpSkip = "skip"
 	// Proxy ops.
-	OpRoute = "route"
-	OpMode  = "mode"
+	OpRoute    = "route"
+	OpMode     = "mode"
+	OpCounters = "counters" // what the route's faults did so far
 )
+
+// ProxyCounters are what a proxy route observed of its faults, cumulative.
+type ProxyCounters struct {
+	Closed  int64 `json:"closed"`  // connections closed by a cut
+	Refused int64 `json:"refused"` // connections refused while cut
+	Held    int64 `json:"held"`    // chunks a blackhole held
+	Delayed int64 `json:"delayed"` // chunks delayed by latency
+}
 
 // Proxy modes.
 const (
@@ -108,4 +117,6 @@ type Event struct {
 	Behind int `json:"behind,omitempty"`
 	// violation.
 	Violation *test.Violation `json:"violation,omitempty"`
+	// counters (proxy).
+	Counters *ProxyCounters `json:"counters,omitempty"`
 }

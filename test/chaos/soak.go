@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/echopubsub/echopubsub/test"
@@ -66,7 +67,8 @@ type Result struct {
 	Publishers        int
 	Deliveries        int64 // stamps received, all subscribers
 	Faults            map[string]int
-	Skipped           []string // kinds not run (no root)
+	Confirmed         map[string]int // faults whose effect was observed
+	Skipped           []string       // kinds not run (no root)
 	Counts            test.Counts
 	ReordersPerSender map[string]int
 	DuplicatesPerNode map[string]int64
@@ -102,7 +104,7 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 		return nil, err
 	}
 	defer c.Close()
-	res := &Result{Faults: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
+	res := &Result{Faults: map[string]int{}, Confirmed: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
 		ExpiriesPerNode: map[string]int64{}, PeakHWMKB: map[string]int64{}}
 	kinds := []string{}
 	all := AllFaults
@@ -218,6 +220,10 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	res.ExpiriesPerNode = rc.ExpiriesPerNode
 	res.Messages = rc.Messages
 	res.Publishers = rc.Publishers
+	if rc.WorkerCrashes < res.Faults[FaultWorkerCrash] {
+		return nil, fmt.Errorf("fault %s not confirmed: %d injected, %d recorded after a delivered entry of a batch",
+			FaultWorkerCrash, res.Faults[FaultWorkerCrash], rc.WorkerCrashes)
+	}
 	res.Duration = time.Since(start)
 	return res, nil
 }
@@ -282,50 +288,99 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		logf = func(string, ...interface{}) {}
 	}
 	logf("soak: injecting %s (node %d, peer %d)", kind, a, b)
+	// Each fault confirms its effect by an observation independent of the
+	// command that made it; one that cannot be confirmed fails the run.
+	confirm := func(ok bool, format string, args ...interface{}) error {
+		if !ok {
+			return fmt.Errorf("fault %s on node %d not confirmed: %s", kind, a, fmt.Sprintf(format, args...))
+		}
+		res.Confirmed[kind]++
+		return nil
+	}
 	switch kind {
-	case FaultProxyCut, FaultProxyBlackhole:
-		mode := ModeCut
-		if kind == FaultProxyBlackhole {
+	case FaultProxyCut, FaultProxyBlackhole, FaultProxyLatency:
+		mode, latency := ModeCut, time.Duration(0)
+		switch kind {
+		case FaultProxyBlackhole:
 			mode = ModeBlackhole
+		case FaultProxyLatency:
+			mode, latency = ModeLatency, 150*time.Millisecond
 		}
-		if err := c.SetProxy(a, mode, 0); err != nil {
+		before, err := c.ProxyCounters(a)
+		if err != nil {
 			return err
 		}
-		if err := hold(ctx, c, o.Hold, res, a); err != nil {
+		if err := c.SetProxy(a, mode, latency); err != nil {
 			return err
 		}
-		return c.SetProxy(a, ModePass, 0)
-	case FaultProxyLatency:
-		if err := c.SetProxy(a, ModeLatency, 150*time.Millisecond); err != nil {
+		if kind == FaultProxyLatency {
+			err = hold(ctx, c, o.Hold, res)
+		} else {
+			err = hold(ctx, c, o.Hold, res, a)
+		}
+		if err != nil {
 			return err
 		}
-		if err := hold(ctx, c, o.Hold, res); err != nil {
+		after, err := c.ProxyCounters(a)
+		if err != nil {
 			return err
 		}
-		return c.SetProxy(a, ModePass, 0)
-	case FaultOneWay, FaultPairwise:
-		if err := c.Block(a, b); err != nil {
+		if err := c.SetProxy(a, ModePass, 0); err != nil {
 			return err
 		}
-		if kind == FaultPairwise {
-			if err := c.Block(b, a); err != nil {
+		switch kind {
+		case FaultProxyCut:
+			return confirm(after.Closed+after.Refused > before.Closed+before.Refused,
+				"the proxy closed and refused no connection (%+v, before %+v)", after, before)
+		case FaultProxyBlackhole:
+			return confirm(after.Held > before.Held, "the proxy held nothing (%+v, before %+v)", after, before)
+		default:
+			return confirm(after.Delayed > before.Delayed, "the proxy delayed nothing (%+v, before %+v)", after, before)
+		}
+	case FaultOneWay, FaultPairwise, FaultLoss:
+		var err error
+		targets := []int{a}
+		switch kind {
+		case FaultLoss:
+			err = c.Loss(a, 0.3)
+		case FaultOneWay:
+			err = c.Block(a, b)
+		case FaultPairwise:
+			err = errors.Join(c.Block(a, b), c.Block(b, a))
+			targets = append(targets, b)
+		}
+		if err != nil {
+			return err
+		}
+		if kind == FaultLoss {
+			err = hold(ctx, c, o.Hold, res)
+		} else {
+			err = hold(ctx, c, o.Hold, res, b)
+		}
+		if err != nil {
+			return err
+		}
+		var dropped []int64
+		ok := true
+		for _, i := range targets {
+			n, err := c.DroppedPackets(i)
+			if err != nil {
 				return err
 			}
+			dropped = append(dropped, n)
+			ok = ok && n > 0
 		}
-		if err := hold(ctx, c, o.Hold, res, b); err != nil {
+		if err := c.HealNet(); err != nil {
 			return err
 		}
-		return c.HealNet()
-	case FaultLoss:
-		if err := c.Loss(a, 0.3); err != nil {
-			return err
-		}
-		if err := hold(ctx, c, o.Hold, res); err != nil {
-			return err
-		}
-		return c.HealNet()
+		return confirm(ok, "iptables DROP packet counters of nodes %v: %v", targets, dropped)
 	case FaultKill:
 		if err := c.Kill(a); err != nil {
+			return err // Kill returns once the process was reaped
+		}
+		st := c.Nodes[a].Proc.ExitState()
+		if err := confirm(st != nil && st.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL,
+			"the process did not die of SIGKILL (%v)", st); err != nil {
 			return err
 		}
 		if err := hold(ctx, c, o.Hold/2, res, a); err != nil {
@@ -334,6 +389,16 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		return c.Restart(a, func() error { return subscribe(c, a, o, true) }, pub)
 	case FaultPause:
 		if err := c.Pause(a); err != nil {
+			return err
+		}
+		var state string
+		err := poll(2*time.Second, func() (bool, string) {
+			var err error
+			state, err = c.ProcState(a)
+			return err == nil && state == "T", fmt.Sprintf("state %q, %v", state, err)
+		})
+		if err := confirm(err == nil, "/proc/<pid>/stat never showed T: %v", err); err != nil {
+			_ = c.Resume(a)
 			return err
 		}
 		if err := hold(ctx, c, o.Hold, res, a); err != nil {
@@ -355,6 +420,9 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		}); err != nil {
 			return err
 		}
+		// Confirmed by the node's own count; a worker crash also by its
+		// record (a W line: an entry of the batch was delivered before it).
+		res.Confirmed[kind]++
 		return hold(ctx, c, o.Hold/2, res)
 	}
 	return errors.New("unknown fault kind")
@@ -404,10 +472,10 @@ func nonZero(m map[string]int) map[string]int {
 
 // Summary renders r for logs and docs.
 func (r *Result) Summary() string {
-	s := fmt.Sprintf("duration %v\nmessages %d from %d publishers, %d deliveries checked\nfaults %v\n",
-		r.Duration.Round(time.Second), r.Messages, r.Publishers, r.Deliveries, r.Faults)
+	s := fmt.Sprintf("duration %v\nmessages %d from %d publishers, %d deliveries checked\nfaults %v, confirmed %v\n",
+		r.Duration.Round(time.Second), r.Messages, r.Publishers, r.Deliveries, r.Faults, r.Confirmed)
 	if len(r.Skipped) > 0 {
-		s += fmt.Sprintf("skipped (no root): %v\n", r.Skipped)
+		s += fmt.Sprintf("SKIPPED (no root or no ip tool): %v\n", r.Skipped)
 	}
 	if r.DataRaces > 0 {
 		s += fmt.Sprintf("DATA RACES reported by the nodes: %d\n", r.DataRaces)
