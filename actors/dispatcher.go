@@ -104,7 +104,7 @@ func (d *Dispatcher) Deliver(it *Item) {
 	}
 	var meta *messages.Delivery
 	for _, s := range subs {
-		if (it.Exclude != "" && s.sub.key == it.Exclude) || plant.DropLocal(it.Local) {
+		if (it.Exclude != "" && s.sub.key == it.Exclude) || plant.DropLocal(it.Node == d.node) {
 			continue
 		}
 		var m interface{} = it.Message

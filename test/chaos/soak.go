@@ -25,11 +25,17 @@ const (
 	FaultPause          = "sigstop"          // SIGSTOP ... SIGCONT
 	FaultProducerCrash  = "producer_crash"   // a FaultHook panic in the producer
 	FaultWorkerCrash    = "worker_crash"     // a FaultHook panic in the worker
+	// FaultColdRestart kill -9s every node, then starts them all again at
+	// once; each subscribes and starts publishing as soon as it is up,
+	// without waiting for the cluster to form (the join protocol must give
+	// every node every message written after its Start, and no false
+	// CursorExpired).
+	FaultColdRestart = "cold_restart"
 )
 
 // AllFaults lists every kind; the network ones need Netns.
 var AllFaults = []string{FaultProxyCut, FaultProxyBlackhole, FaultProxyLatency, FaultOneWay, FaultPairwise,
-	FaultLoss, FaultKill, FaultPause, FaultProducerCrash, FaultWorkerCrash}
+	FaultLoss, FaultKill, FaultPause, FaultProducerCrash, FaultWorkerCrash, FaultColdRestart}
 
 func needsNetns(kind string) bool {
 	return kind == FaultOneWay || kind == FaultPairwise || kind == FaultLoss
@@ -387,6 +393,33 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 			return err
 		}
 		return c.Restart(a, func() error { return subscribe(c, a, o, true) }, pub)
+	case FaultColdRestart:
+		for i := range c.Nodes {
+			if err := c.Kill(i); err != nil {
+				return err
+			}
+			st := c.Nodes[i].Proc.ExitState()
+			if st == nil || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				return confirm(false, "node %d did not die of SIGKILL (%v)", i, st)
+			}
+		}
+		if err := hold(ctx, c, o.Hold/2, res); err != nil {
+			return err
+		}
+		// All at once: each node's process starts, subscribes and publishes
+		// while the others are still starting.
+		errs := make(chan error, len(c.Nodes))
+		for i := range c.Nodes {
+			go func(i int) { errs <- c.Restart(i, func() error { return subscribe(c, i, o, true) }, pub) }(i)
+		}
+		var err error
+		for range c.Nodes {
+			err = errors.Join(err, <-errs)
+		}
+		if err != nil {
+			return err
+		}
+		return confirm(true, "")
 	case FaultPause:
 		if err := c.Pause(a); err != nil {
 			return err
@@ -485,7 +518,8 @@ func (r *Result) Summary() string {
 		r.Counts.Reorders, nonZero(r.ReordersPerSender), r.Counts.CoveredGaps)
 	s += fmt.Sprintf("false alarms %d %v, precautionary (producer restarted, nothing missing) %d, unjudged (dead subscribers) %d\n",
 		r.Counts.FalseAlarms, r.FalseAlarmReasons(), r.Counts.Precautionary, r.Counts.Unjudged)
-	s += fmt.Sprintf("undecodable %d, other unexpected messages %d\n", r.Counts.Undecodable, r.Counts.Other)
+	s += fmt.Sprintf("undecodable %d, other unexpected messages %d, cursor expiries for a gap in a producer's stream %d\n",
+		r.Counts.Undecodable, r.Counts.Other, r.Counts.StreamGaps)
 	if r.Record != nil {
 		s += fmt.Sprintf("record: %d files, %d torn last lines, expiries by reason %v; live checkers reported %d violations (progress only)\n",
 			r.Record.Files, r.Record.TornLines, r.Record.Report.ExpiryReasons, r.LiveViolations)

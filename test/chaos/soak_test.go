@@ -77,6 +77,9 @@ func TestSoakShort(t *testing.T) {
 	if res.Counts.Undecodable != 0 || res.Counts.Other != 0 {
 		t.Errorf("%d undecodable and %d other unexpected messages received, want 0", res.Counts.Undecodable, res.Counts.Other)
 	}
+	if res.Counts.StreamGaps != 0 {
+		t.Errorf("%d CursorExpired for a gap in a producer's stream: a producer skipped cursors", res.Counts.StreamGaps)
+	}
 	if res.Counts.FalseAlarms != 0 {
 		t.Logf("FALSE ALARMS: %d %v (issue 11: the join protocol)", res.Counts.FalseAlarms, res.FalseAlarmReasons())
 	}
