@@ -3,8 +3,11 @@
 // (cut, blackhole, latency), network namespaces with veth and iptables for
 // one-way and pairwise partitions and packet loss (as root), kill -9 and
 // restart, SIGSTOP/SIGCONT, and producer and worker crashes through the
-// supervision tree. Every subscriber's stream is checked by test.Checker
-// inside its node; the soak (RunSoak) aggregates the nodes' reports.
+// supervision tree, and a cold restart of the whole cluster. Every node
+// appends each publish and each reception to its own record file (see
+// Recorder); after the run, CheckRecords runs test.Checker over all of
+// them, and that is the verdict. The nodes' live checkers and status
+// reports are for progress only.
 //
 // The node binary is ./chaosnode, built by BuildNode. The harness talks to
 // it with JSON lines: a Command on stdin, Events on stdout (one "reply" per
