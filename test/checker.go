@@ -53,7 +53,17 @@ import (
 //     after its last message of that stream (after subscribing, if none), a
 //     notice that can explain it. A subscriber that died (its process was
 //     killed) is not checked at the end: there is no one left to tell.
-//  6. False alarms. At Finish, a CursorExpired or DROPPING that explained no
+//  6. Cursors (only with CursorContiguous: every publisher broadcasts on
+//     the one topic the subscribers subscribe to, so every entry a producer
+//     writes goes to every subscriber). Per (subscriber, producer node,
+//     group, incarnation), Delivery cursors of new entries increase by
+//     exactly one; a forward jump (CursorGap) is covered only by a notice
+//     for that producer, or a DROPPING, that arrived after the previous
+//     entry of that producer and before the jump. This closes DROPPING
+//     windows per producer: a loss after a producer's first message after
+//     RESUMED is caught even when the lost message's publisher had nothing
+//     in between.
+//  7. False alarms. At Finish, a CursorExpired or DROPPING that explained no
 //     loss of any stream (nothing of the streams it speaks for was missing)
 //     is a false alarm, counted in Counts.FalseAlarms (not a violation).
 //     Exceptions: a CursorExpired with reason "producer restarted" cannot
@@ -69,8 +79,8 @@ import (
 // one Published gives, else the one its deliveries carry; for a publisher
 // neither declared nor received, any group of its node.
 //
-// Used streaming (Observe only), rules 1-3 apply at once (OnViolation) and
-// rules 4-6 at Finish. The zero value is not usable; use NewChecker. It is
+// Used streaming (Observe only), rules 1-3 and 6 apply at once
+// (OnViolation) and rules 4, 5 and 7 at Finish. The zero value is not usable; use NewChecker. It is
 // safe for concurrent use.
 type Checker struct {
 	mu   sync.Mutex
@@ -85,6 +95,8 @@ type Checker struct {
 	reasons       map[string]int64 // CursorExpired received, per reason
 	falseReasons  map[string]int64 // false alarms, per reason ("dropping" for DROPPING)
 	OnViolation   func(Violation)
+	// CursorContiguous enables rule 6 (see the package doc).
+	CursorContiguous bool
 }
 
 // Counts are the checker's totals.
@@ -95,6 +107,7 @@ type Counts struct {
 	SilentGaps  int64 `json:"silent_gaps"` // all gaps: mid-stream, start and tail
 	StartGaps   int64 `json:"start_gaps"`  // of which at the start of a stream
 	TailGaps    int64 `json:"tail_gaps"`   // of which at the end
+	CursorGaps  int64 `json:"cursor_gaps"` // of which in a producer's cursors (rule 6)
 	CoveredGaps int64 `json:"covered_gaps"`
 	Expiries    int64 `json:"expiries"` // CursorExpired received
 	Dropping    int64 `json:"dropping"` // BackPressure DROPPING received
@@ -118,6 +131,7 @@ func (c *Counts) Add(o Counts) {
 	c.SilentGaps += o.SilentGaps
 	c.StartGaps += o.StartGaps
 	c.TailGaps += o.TailGaps
+	c.CursorGaps += o.CursorGaps
 	c.CoveredGaps += o.CoveredGaps
 	c.Expiries += o.Expiries
 	c.Dropping += o.Dropping
@@ -135,6 +149,7 @@ const (
 	SilentGap = "silent_gap" // rule 2: a jump in mid-stream
 	StartGap  = "start_gap"  // rule 4
 	TailGap   = "tail_gap"   // rule 5
+	CursorGap = "cursor_gap" // rule 6: a jump in a producer's cursors
 	Reorder   = "reorder"    // rule 1
 )
 
@@ -190,7 +205,19 @@ type notice struct {
 	used     bool // explained a loss
 }
 
+type cursorKey struct {
+	node  string
+	group uint32
+	inc   uint64
+}
+
+type cursorState struct {
+	last   uint64 // highest cursor received
+	lastAt int64  // its index
+}
+
 type subState struct {
+	cursors map[cursorKey]*cursorState
 	since   int64 // unix nanos when the subscription was in place (0: before everything)
 	dead    bool
 	n       int64 // events seen; an event's index
@@ -289,7 +316,7 @@ func (p *pubInfo) key() streamKey { return streamKey{p.node, p.group} }
 func (c *Checker) sub(name string) *subState {
 	s := c.subs[name]
 	if s == nil {
-		s = &subState{pubs: map[string]*pubState{}}
+		s = &subState{pubs: map[string]*pubState{}, cursors: map[cursorKey]*cursorState{}}
 		c.subs[name] = s
 	}
 	return s
@@ -327,6 +354,9 @@ func (c *Checker) Observe(sub string, msg interface{}) {
 			}
 			return
 		}
+		if c.CursorContiguous {
+			c.cursor(sub, s, m, st)
+		}
 		c.stamp(sub, s, streamKey{m.Node, m.Group}, st)
 	default:
 		c.counts.Other++
@@ -353,6 +383,23 @@ func (s *subState) covered(stream streamKey, from, to int64, mark bool) bool {
 		}
 	}
 	return ok
+}
+
+// cursor applies rule 6.
+func (c *Checker) cursor(subName string, s *subState, m *messages.Delivery, st *testpb.Stamp) {
+	k := cursorKey{m.Node, m.Group, m.Incarnation}
+	cs := s.cursors[k]
+	switch {
+	case cs == nil:
+		s.cursors[k] = &cursorState{last: m.Cursor, lastAt: s.n}
+		return
+	case m.Cursor <= cs.last:
+		return // a redelivery (rule 1 judges its order)
+	case m.Cursor > cs.last+1 && !s.cover(streamKey{m.Node, m.Group}, cs.lastAt, s.n):
+		c.violate(Violation{Kind: CursorGap, Subscriber: subName, Publisher: st.Publisher, Node: m.Node, Group: m.Group,
+			Prev: cs.last, Got: m.Cursor, Index: s.n})
+	}
+	cs.last, cs.lastAt = m.Cursor, s.n
 }
 
 func (c *Checker) stamp(subName string, s *subState, stream streamKey, st *testpb.Stamp) {
@@ -437,6 +484,9 @@ func (c *Checker) violate(v Violation) {
 	case TailGap:
 		c.counts.SilentGaps++
 		c.counts.TailGaps++
+	case CursorGap:
+		c.counts.SilentGaps++
+		c.counts.CursorGaps++
 	default:
 		c.counts.SilentGaps++
 	}
@@ -448,7 +498,7 @@ func (c *Checker) violate(v Violation) {
 	}
 }
 
-// Finish applies rules 4 to 6, once, when the system is quiet (publishers
+// Finish applies rules 4, 5 and 7, once, when the system is quiet (publishers
 // stopped, faults healed, subscribers drained or told). It returns the
 // violations it found.
 func (c *Checker) Finish() []Violation {

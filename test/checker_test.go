@@ -541,3 +541,37 @@ func dump(g *genStream, events []interface{}) string {
 	}
 	return s
 }
+
+// Rule 6: a producer's cursors close a DROPPING window per producer. p1
+// loses a message after the producer's first message after RESUMED (from
+// p0): its publisher stream alone would let the DROPPING cover it.
+func TestCheckerCursorRule(t *testing.T) {
+	key := streamKey{"n", 0}
+	d := func(pub string, seq, cursor uint64) *messages.Delivery {
+		return &messages.Delivery{Node: key.node, Group: key.group, Incarnation: 7, Cursor: cursor,
+			Message: &testpb.Stamp{Publisher: pub, Seq: seq}}
+	}
+	build := func(lose bool) []interface{} {
+		ev := []interface{}{d("p0", 1, 1), d("p1", 1, 2), dropping(), resumed(), d("p0", 3, 5)} // cursors 3, 4 dropped
+		if lose {
+			return append(ev, d("p1", 4, 7)) // cursor 6 (p1's 3) lost after the window closed
+		}
+		return append(ev, d("p1", 3, 6), d("p1", 4, 7))
+	}
+	for _, tc := range []struct {
+		lose, cursors bool
+		want          int64
+	}{{false, true, 0}, {true, true, 1}, {true, false, 0}} {
+		c := NewChecker()
+		c.CursorContiguous = tc.cursors
+		c.AddSubscriber("s", 0)
+		for _, e := range build(tc.lose) {
+			c.Observe("s", e)
+		}
+		c.Finish()
+		if r := c.Report(); r.Counts.CursorGaps != tc.want || r.Counts.SilentGaps != tc.want {
+			t.Errorf("lose %v, cursors %v: cursor gaps %d, silent gaps %d, want %d: %v", tc.lose, tc.cursors,
+				r.Counts.CursorGaps, r.Counts.SilentGaps, tc.want, r.Violations)
+		}
+	}
+}
