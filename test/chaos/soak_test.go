@@ -12,10 +12,12 @@ import (
 )
 
 // TestSoakShort is the CI soak: >= 100_000 broadcasts through 3 node
-// processes with every fault kind injected at least once, then 0 silent
-// gaps and 0 reorders per sender. As root (CI) the nodes live in network
-// namespaces and the partition and loss faults run; without root those
-// three kinds are skipped (and said so), the rest still run.
+// processes with every fault kind injected and confirmed at least once;
+// the verdict, from the nodes' records, must show 0 silent gaps, 0
+// reorders per sender, 0 unexpected messages and 0 false alarms. As root
+// (CI) the nodes live in network namespaces and the partition and loss
+// faults run; with CI=true and no root the test fails; otherwise those
+// three kinds are skipped, and the summary and the test's last line say so.
 func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak takes minutes; -short skips it")
@@ -80,8 +82,8 @@ func TestSoakShort(t *testing.T) {
 	if res.Counts.StreamGaps != 0 {
 		t.Errorf("%d CursorExpired for a gap in a producer's stream: a producer skipped cursors", res.Counts.StreamGaps)
 	}
-	if res.Counts.FalseAlarms != 0 {
-		t.Logf("FALSE ALARMS: %d %v (issue 11: the join protocol)", res.Counts.FalseAlarms, res.FalseAlarmReasons())
+	if res.Counts.FalseAlarms != 0 { // "never a false alarm"; at a (cold) start, see issue 11
+		t.Errorf("%d false alarms: %v", res.Counts.FalseAlarms, res.FalseAlarmReasons())
 	}
 }
 
@@ -223,5 +225,9 @@ func TestSoakSlowSubscribers(t *testing.T) {
 	}
 	if res.Counts.SilentGaps != 0 || res.Counts.Reorders != 0 {
 		t.Errorf("%d silent gaps, %d reorders: %v", res.Counts.SilentGaps, res.Counts.Reorders, res.Violations)
+	}
+	if n := res.Counts; n.Undecodable != 0 || n.Other != 0 || n.StreamGaps != 0 || n.FalseAlarms != 0 {
+		t.Errorf("undecodable %d, other %d, expiries for a gap in a producer's stream %d, false alarms %d %v: want 0",
+			n.Undecodable, n.Other, n.StreamGaps, n.FalseAlarms, res.FalseAlarmReasons())
 	}
 }
