@@ -282,9 +282,6 @@ func CheckRecords(files []RecordFile) (*RecordCheck, error) {
 			case "s":
 				subs[string(f[1])] = string(f[2])
 			case "D":
-				if len(f) < 9 {
-					return fmt.Errorf("short D line")
-				}
 				var v [7]uint64
 				for i := range v {
 					v[i], _ = strconv.ParseUint(string(f[1+i]), 10, 64)
@@ -331,6 +328,9 @@ func nodeOf(sub string) string {
 	return sub
 }
 
+// minFields is the number of fields each kind of line has at least.
+var minFields = map[string]int{"n": 3, "p": 5, "s": 3, "S": 3, "B": 4, "D": 9, "E": 5, "X": 3, "U": 3, "O": 3, "W": 3}
+
 // scan calls fn with the fields of every complete line of path. A last
 // line without its newline (a kill -9 in the middle of a write) is counted
 // in torn, not parsed.
@@ -356,7 +356,7 @@ func scan(path string, torn *int, fn func([][]byte) error) error {
 			return err
 		}
 		fields := bytes.Fields(line)
-		if len(fields) < 2 {
+		if len(fields) < 2 || len(fields) < minFields[string(fields[0])] {
 			return fmt.Errorf("%s:%d: bad line %q", path, n, line)
 		}
 		if err := fn(fields); err != nil {
