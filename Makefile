@@ -7,7 +7,7 @@ GO ?= go
 # runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE).
 RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/...
 
-.PHONY: test deps soak-long bench
+.PHONY: test deps soak-long soak-plant bench
 
 # test installs what the tests need (first run only) and runs every test.
 test: deps
@@ -21,6 +21,10 @@ deps:
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:
 	nice -n 5 $(GO) run ./test/soak -messages 1000000 -slow-subscribers 1
+
+# Every planted defect (internal/plant) must fail a short soak (CI runs two).
+soak-plant:
+	ECHOPUBSUB_PLANT_ALL=1 $(GO) test -count=1 -v -run TestSoakCatchesPlantedDefects ./test/chaos
 
 # The benchmark run behind docs/benchmarks.md.
 bench:

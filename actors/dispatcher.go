@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -103,7 +104,7 @@ func (d *Dispatcher) Deliver(it *Item) {
 	}
 	var meta *messages.Delivery
 	for _, s := range subs {
-		if it.Exclude != "" && s.sub.key == it.Exclude {
+		if (it.Exclude != "" && s.sub.key == it.Exclude) || plant.DropLocal(it.Node == d.node) {
 			continue
 		}
 		var m interface{} = it.Message
@@ -137,7 +138,7 @@ func (d *Dispatcher) resolve(sub *subscriber) (*actor.PID, *countingMailbox) {
 
 func (d *Dispatcher) send(s *subscription, m interface{}) {
 	pid, mb := d.resolve(s.sub)
-	if pid == nil {
+	if pid == nil || (mb != nil && plant.DropAfterResumed(s.sub.key)) {
 		return
 	}
 	if mb == nil { // unbounded (explicit opt-in)
@@ -175,6 +176,7 @@ func (d *Dispatcher) notice(pid *actor.PID, s *subscription, state messages.Back
 	n := &messages.BackPressure{State: state, Severity: sev, Subscriber: s.sub.key,
 		Bound: uint32(s.bound), QueueLen: uint64(queued), Node: d.node}
 	d.system.Root.Send(pid, n)
+	plant.Noticed(s.sub.key, state == messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED)
 	if notices := d.table.Load().notices; notices != nil && !notices.Equal(pid) {
 		d.system.Root.Send(notices, n)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/ringbuf"
 )
@@ -377,6 +378,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	epoch := pe.epoch
 	pe.sent = target
 	pe.flight++
+	pe.next = plant.Advance(pe.next, target)
 	sent := time.Now()
 	p.m.batchesSent.Add(context.Background(), 1, pe.gauge.attrs)
 	if p.hook != nil {
@@ -414,10 +416,13 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		}
 		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OUT_OF_ORDER {
 			// The worker missed a batch before this one: everything below its
-			// cursor is delivered; send again from there (once per epoch).
-			p.acked(pe, ack.NextCursor)
+			// cursor is delivered, nothing from it on. The worker knows what
+			// its node got: send again from there (once per epoch).
 			if epoch == pe.epoch {
+				pe.next = min(ack.NextCursor, p.ring.WriteCursor())
 				p.rewind(pe)
+			} else {
+				p.acked(pe, ack.NextCursor)
 			}
 			p.service(ctx, pe)
 			return

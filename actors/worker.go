@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -232,7 +233,8 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		if c < k.expected {
 			continue // already delivered: a redelivery after a lost ack
 		}
-		if only == "" || only == w.node {
+		plant.AckFirst(&k.expected, c, w.hook, m.ProducerNode)
+		if (only == "" || only == w.node) && !plant.SkipEntry() {
 			if types[ti] == nil {
 				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(m.PayloadTypes[ti])); err == nil {
 					types[ti] = mt

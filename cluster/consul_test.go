@@ -130,7 +130,7 @@ func TestConsulMembersJoinUpdateLeave(t *testing.T) {
 	n := evA.len()
 	register("3")
 	test.Never(t, 300*time.Millisecond, func() bool { return evA.len() != n }, test.Sprintf("an event after Stop"))
-	goleak.VerifyNone(t, ignore...)
+	test.VerifyNoLeaks(t, ignore...) // protoactor's timed goroutines are ignored by name (see test.VerifyNoLeaks)
 }
 
 // TestConsulUnreachableAtStartRetriesThenJoins: with nothing answering on
@@ -192,7 +192,7 @@ func TestConsulUnreachableAtStartRetriesThenJoins(t *testing.T) {
 	}
 	stop(t, a)
 	stop(t, b)
-	goleak.VerifyNone(t, ignore...)
+	test.VerifyNoLeaks(t, ignore...) // protoactor's timed goroutines are ignored by name (see test.VerifyNoLeaks)
 }
 
 // TestConsulOutageKeepsMembers: Consul crashes and comes back empty (a dev
@@ -234,7 +234,7 @@ func TestConsulOutageKeepsMembers(t *testing.T) {
 	stop(t, b) // a real leave is still reported, at once (deregistered)
 	evA.wait(t, "127.0.0.1:7002", cluster.Left, 1)
 	stop(t, a)
-	goleak.VerifyNone(t, ignore...)
+	test.VerifyNoLeaks(t, ignore...) // protoactor's timed goroutines are ignored by name (see test.VerifyNoLeaks)
 }
 
 // --- helpers ---

@@ -12,32 +12,91 @@ import (
 // Checker states EchoPubSub's guarantee as code. It is fed, per subscriber
 // and in arrival order, everything that subscriber received: Deliveries
 // (WithMetadata) carrying *testpb.Stamp, *messages.CursorExpired and
-// *messages.BackPressure notices. For each subscriber and each publisher:
+// *messages.BackPressure notices; and, per publisher, what it published
+// (Published: sequence number and the wall-clock time it was broadcast).
+// Each publisher numbers its messages 1, 2, 3, ... and broadcasts them
+// through one producer, (node, group): its stream comes through there.
 //
-//   - the received sequence numbers increase by exactly one;
-//   - a number at or below the highest seen is allowed only if it was seen
-//     before (a redelivery, counted as a duplicate); one never seen is a
-//     reorder;
-//   - any jump forward, and a tail that stops short of what the publisher
-//     sent (Finish), must be preceded, after the publisher's previous
-//     message, by a CursorExpired for the (node, group) the publisher
-//     broadcasts through, or by a BackPressure DROPPING notice. Otherwise it
-//     is a silent gap.
+// Terms. Every event a subscriber receives has an index in that
+// subscriber's arrival order. A notice "can explain" a loss in the stream
+// of publisher p at subscriber s when it is either a CursorExpired for the
+// producer (node, group) p's stream comes through, or a BackPressure
+// DROPPING for s (every DROPPING a subscriber receives is about itself). A
+// loss is "covered" when a notice that can explain it arrived in the
+// interval the rule names; every covering notice in that interval is marked
+// as having explained a loss.
 //
-// A subscriber that joins late (after publishers began) takes the first
-// message of each publisher as its baseline.
+// The rules, per (subscriber, publisher) stream:
 //
-// The zero value is not usable; use NewChecker. It is safe for concurrent use.
+//  1. Order. Sequence numbers increase by exactly one. A number at or below
+//     the highest received is fine only if it was received before (a
+//     redelivery, counted as a duplicate); one never received is a Reorder.
+//  2. Jumps (SilentGap). A jump forward is covered only by a notice that
+//     arrived after the publisher's previous message (in this stream) and
+//     before the jump. A notice received before the previous message
+//     covers nothing, however close; a notice for another producer covers
+//     nothing.
+//  3. DROPPING windows. Rule 2 closes a DROPPING window at the first
+//     message of the stream after the matching RESUMED: that message may
+//     jump (what was dropped), the next may not. RESUMED itself covers
+//     nothing.
+//  4. Start (StartGap). A subscriber subscribed at time T must start the
+//     stream at or before the first message the publisher broadcast after
+//     T, or be covered by a notice received between subscribing and its
+//     first message of that stream. A subscriber subscribed before the
+//     publisher's first message must therefore start at 1. (What was
+//     broadcast before T it may or may not receive: its first message of an
+//     older number is its baseline.)
+//  5. End (TailGap). At Finish, a subscriber that is still alive and stops
+//     short of the publisher's last message (or never heard from a
+//     publisher that broadcast after it subscribed) must have received,
+//     after its last message of that stream (after subscribing, if none), a
+//     notice that can explain it. A subscriber that died (its process was
+//     killed) is not checked at the end: there is no one left to tell.
+//  6. Cursors (only with CursorContiguous: every publisher broadcasts on
+//     the one topic the subscribers subscribe to, so every entry a producer
+//     writes goes to every subscriber). Per (subscriber, producer node,
+//     group, incarnation), Delivery cursors of new entries increase by
+//     exactly one; a forward jump (CursorGap) is covered only by a notice
+//     for that producer, or a DROPPING, that arrived after the previous
+//     entry of that producer and before the jump. This closes DROPPING
+//     windows per producer: a loss after a producer's first message after
+//     RESUMED is caught even when the lost message's publisher had nothing
+//     in between.
+//  7. False alarms. At Finish, a CursorExpired or DROPPING that explained no
+//     loss of any stream (nothing of the streams it speaks for was missing)
+//     is a false alarm, counted in Counts.FalseAlarms (not a violation).
+//     Exceptions: a CursorExpired with reason "producer restarted" cannot
+//     know whether anything was lost (a kill -9 takes the producer's buffer
+//     with it); when nothing was missing it is counted as Precautionary,
+//     not as a false alarm. And a notice of a dead subscriber after which a
+//     stream it speaks for never delivered again cannot be judged
+//     (Unjudged).
+//
+// The last message of a publisher is the highest number it recorded as
+// published or any subscriber received (a publisher killed between
+// broadcasting and recording is still checked). Its (node, group) is the
+// one Published gives, else the one its deliveries carry; for a publisher
+// neither declared nor received, any group of its node.
+//
+// Used streaming (Observe only), rules 1-3 and 6 apply at once
+// (OnViolation) and rules 4, 5 and 7 at Finish. The zero value is not usable; use NewChecker. It is
+// safe for concurrent use.
 type Checker struct {
 	mu   sync.Mutex
 	subs map[string]*subState
+	pubs map[string]*pubInfo
 	// MaxViolations bounds the violations kept (all are counted).
 	MaxViolations int
 	violations    []Violation
 	counts        Counts
-	reorders      map[string]int // per publisher
-	dups          map[string]int // per subscriber
+	reorders      map[string]int   // per publisher
+	dups          map[string]int   // per subscriber
+	reasons       map[string]int64 // CursorExpired received, per reason
+	falseReasons  map[string]int64 // false alarms, per reason ("dropping" for DROPPING)
 	OnViolation   func(Violation)
+	// CursorContiguous enables rule 6 (see the package doc).
+	CursorContiguous bool
 }
 
 // Counts are the checker's totals.
@@ -45,17 +104,23 @@ type Counts struct {
 	Delivered   int64 `json:"delivered"`
 	Duplicates  int64 `json:"duplicates"`
 	Reorders    int64 `json:"reorders"`
-	SilentGaps  int64 `json:"silent_gaps"`
-	CoveredGaps int64 `json:"covered_gaps"` // jumps preceded by a notice
-	Expiries    int64 `json:"expiries"`     // CursorExpired received
-	Dropping    int64 `json:"dropping"`     // BackPressure DROPPING received
+	SilentGaps  int64 `json:"silent_gaps"` // all gaps: mid-stream, start and tail
+	StartGaps   int64 `json:"start_gaps"`  // of which at the start of a stream
+	TailGaps    int64 `json:"tail_gaps"`   // of which at the end
+	CursorGaps  int64 `json:"cursor_gaps"` // of which in a producer's cursors (rule 6)
+	CoveredGaps int64 `json:"covered_gaps"`
+	Expiries    int64 `json:"expiries"` // CursorExpired received
+	Dropping    int64 `json:"dropping"` // BackPressure DROPPING received
 	Resumed     int64 `json:"resumed"`
-	Undecodable int64 `json:"undecodable"`
-	// LateNotices: DROPPING notices that arrived within 3 messages after
-	// a silent gap of the same subscriber (the notice lost a race with the
-	// jump). Those gaps still count as silent: the notice must come first.
-	LateNotices int64 `json:"late_notices"`
-	Other       int64 `json:"other"` // anything else (a bare message: not checkable)
+	// FalseAlarms: notices after which nothing they speak for was missing
+	// (rule 6); Precautionary: "producer restarted" with nothing missing;
+	// Unjudged: notices of dead subscribers that cannot be judged.
+	FalseAlarms   int64 `json:"false_alarms"`
+	Precautionary int64 `json:"precautionary"`
+	Unjudged      int64 `json:"unjudged"`
+	Undecodable   int64 `json:"undecodable"`
+	Other         int64 `json:"other"`       // anything else (a bare message: not checkable)
+	StreamGaps    int64 `json:"stream_gaps"` // CursorExpired with ReasonStreamGap
 }
 
 // Add sums o into c.
@@ -64,20 +129,41 @@ func (c *Counts) Add(o Counts) {
 	c.Duplicates += o.Duplicates
 	c.Reorders += o.Reorders
 	c.SilentGaps += o.SilentGaps
+	c.StartGaps += o.StartGaps
+	c.TailGaps += o.TailGaps
+	c.CursorGaps += o.CursorGaps
 	c.CoveredGaps += o.CoveredGaps
 	c.Expiries += o.Expiries
 	c.Dropping += o.Dropping
 	c.Resumed += o.Resumed
+	c.FalseAlarms += o.FalseAlarms
+	c.Precautionary += o.Precautionary
+	c.Unjudged += o.Unjudged
 	c.Undecodable += o.Undecodable
-	c.LateNotices += o.LateNotices
 	c.Other += o.Other
+	c.StreamGaps += o.StreamGaps
 }
 
-// Kind of a violation.
+// Kinds of violation.
 const (
-	SilentGap = "silent_gap"
-	Reorder   = "reorder"
+	SilentGap = "silent_gap" // rule 2: a jump in mid-stream
+	StartGap  = "start_gap"  // rule 4
+	TailGap   = "tail_gap"   // rule 5
+	CursorGap = "cursor_gap" // rule 6: a jump in a producer's cursors
+	Reorder   = "reorder"    // rule 1
 )
+
+// ReasonRestarted is the CursorExpired reason that cannot know whether
+// anything was lost (rule 6).
+const ReasonRestarted = "producer restarted"
+
+// ReasonStreamGap is the CursorExpired reason of a worker that found the
+// producer's batches skipping cursors. The subscribers are told, so the
+// guarantee holds, but only a defective producer makes one (a producer
+// resends what was not acknowledged, and says Expire when its buffer
+// overflowed): they are counted apart (Counts.StreamGaps), and the soak
+// requires none.
+const ReasonStreamGap = "gap in received stream"
 
 // Violation is one breach of the guarantee.
 type Violation struct {
@@ -86,8 +172,9 @@ type Violation struct {
 	Publisher  string `json:"publisher"`
 	Node       string `json:"node"`
 	Group      uint32 `json:"group"`
-	// Prev is the highest sequence number received before, Got the one
-	// received (for a tail gap, Got is what the publisher sent last + 1).
+	// Prev is the highest sequence number received before (for a start
+	// gap: the first the subscriber should have received, minus one), Got
+	// the one received (for a tail gap, the publisher's last + 1).
 	Prev uint64 `json:"prev"`
 	Got  uint64 `json:"got"`
 	// Index is the position of the message in the subscriber's stream.
@@ -99,47 +186,137 @@ func (v Violation) String() string {
 		v.Kind, v.Subscriber, v.Publisher, v.Node, v.Group, v.Prev, v.Got, v.Index)
 }
 
+const anyGroup = ^uint32(0) // a publisher whose group nobody learnt
+
 type streamKey struct {
 	node  string
 	group uint32
 }
 
+func (k streamKey) explainedBy(o streamKey) bool {
+	return k.node == o.node && (k.group == o.group || k.group == anyGroup)
+}
+
+type notice struct {
+	at       int64
+	dropping bool
+	key      streamKey // CursorExpired
+	reason   string
+	used     bool // explained a loss
+}
+
+type cursorKey struct {
+	node  string
+	group uint32
+	inc   uint64
+}
+
+type cursorState struct {
+	last   uint64 // highest cursor received
+	lastAt int64  // its index
+}
+
 type subState struct {
-	late       bool
-	n          int64               // events seen; an event's index
-	expiredAt  map[streamKey]int64 // last CursorExpired per producer stream
-	droppingAt int64               // last BackPressure DROPPING (0: none)
-	lastGapAt  int64               // index of the last silent gap (0: none)
-	pubs       map[string]*pubState
+	cursors map[cursorKey]*cursorState
+	since   int64 // unix nanos when the subscription was in place (0: before everything)
+	dead    bool
+	n       int64 // events seen; an event's index
+	notices []notice
+	pubs    map[string]*pubState
 }
 
 type pubState struct {
-	high   uint64 // highest seq received
-	lastAt int64  // index of the publisher's last new (non-repeated) delivery
-	seen   []span // received seqs, as sorted disjoint spans
-	stream streamKey
+	high    uint64 // highest seq received
+	first   uint64 // first seq received
+	firstAt int64  // its index
+	lastAt  int64  // index of the publisher's last new (non-repeated) delivery
+	seen    []span // received seqs, as sorted disjoint spans
+	stream  streamKey
+}
+
+type pubInfo struct {
+	node     string
+	group    uint32 // anyGroup until learnt
+	sentAt   []int64
+	last     uint64 // highest seq published or received
+	declared bool   // Published was called for it
 }
 
 type span struct{ lo, hi uint64 }
 
 // NewChecker returns an empty checker that keeps up to 100 violations.
 func NewChecker() *Checker {
-	return &Checker{subs: map[string]*subState{}, MaxViolations: 100, reorders: map[string]int{}, dups: map[string]int{}}
+	return &Checker{subs: map[string]*subState{}, pubs: map[string]*pubInfo{}, MaxViolations: 100,
+		reorders: map[string]int{}, dups: map[string]int{}, reasons: map[string]int64{}, falseReasons: map[string]int64{}}
 }
 
-// AddSubscriber declares a subscriber before its first message. late: it
-// subscribed after publishers began, so the first message of each
-// publisher is its baseline. An undeclared subscriber is not late.
-func (c *Checker) AddSubscriber(sub string, late bool) {
+// AddSubscriber declares a subscriber before its first message: since is
+// the wall-clock time (unix nanoseconds) at which its subscription was in
+// place (Subscribe returned); 0 means before any publisher began.
+func (c *Checker) AddSubscriber(sub string, since int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sub(sub).late = late
+	c.sub(sub).since = since
 }
+
+// SubscriberDied marks sub as dead (its process was killed): rule 5 does
+// not apply to it, and its notices after its streams' last messages are
+// not judged.
+func (c *Checker) SubscriberDied(sub string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sub(sub).dead = true
+}
+
+// Published records that publisher, broadcasting through producer (node,
+// group), broadcast seq at unix nanoseconds at. Calls for one publisher
+// come in order of seq.
+func (c *Checker) Published(publisher, node string, group uint32, seq uint64, at int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pub(publisher)
+	p.node, p.group, p.declared = node, group, true
+	for uint64(len(p.sentAt)) < seq-1 {
+		p.sentAt = append(p.sentAt, 0) // unknown
+	}
+	if uint64(len(p.sentAt)) == seq-1 {
+		p.sentAt = append(p.sentAt, at)
+	}
+	if seq > p.last {
+		p.last = seq
+	}
+}
+
+func (c *Checker) pub(name string) *pubInfo {
+	p := c.pubs[name]
+	if p == nil {
+		p = &pubInfo{group: anyGroup}
+		c.pubs[name] = p
+	}
+	return p
+}
+
+// firstAfter is the first seq broadcast after t (0: none known).
+func (p *pubInfo) firstAfter(t int64) uint64 {
+	if t == 0 {
+		if p.last > 0 {
+			return 1
+		}
+		return 0
+	}
+	i := sort.Search(len(p.sentAt), func(i int) bool { return p.sentAt[i] > t })
+	if i == len(p.sentAt) {
+		return 0
+	}
+	return uint64(i) + 1
+}
+
+func (p *pubInfo) key() streamKey { return streamKey{p.node, p.group} }
 
 func (c *Checker) sub(name string) *subState {
 	s := c.subs[name]
 	if s == nil {
-		s = &subState{expiredAt: map[streamKey]int64{}, pubs: map[string]*pubState{}}
+		s = &subState{pubs: map[string]*pubState{}, cursors: map[cursorKey]*cursorState{}}
 		c.subs[name] = s
 	}
 	return s
@@ -154,16 +331,16 @@ func (c *Checker) Observe(sub string, msg interface{}) {
 	switch m := msg.(type) {
 	case *messages.CursorExpired:
 		c.counts.Expiries++
-		s.expiredAt[streamKey{m.Node, m.Group}] = s.n
+		c.reasons[m.Reason]++
+		if m.Reason == ReasonStreamGap {
+			c.counts.StreamGaps++
+		}
+		s.notices = append(s.notices, notice{at: s.n, key: streamKey{m.Node, m.Group}, reason: m.Reason})
 	case *messages.BackPressure:
 		switch m.State {
 		case messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING:
 			c.counts.Dropping++
-			if s.lastGapAt > 0 && s.n-s.lastGapAt <= 3 {
-				c.counts.LateNotices++
-				s.lastGapAt = 0
-			}
-			s.droppingAt = s.n
+			s.notices = append(s.notices, notice{at: s.n, dropping: true})
 		case messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED:
 			c.counts.Resumed++
 		}
@@ -177,43 +354,85 @@ func (c *Checker) Observe(sub string, msg interface{}) {
 			}
 			return
 		}
+		if c.CursorContiguous {
+			c.cursor(sub, s, m, st)
+		}
 		c.stamp(sub, s, streamKey{m.Node, m.Group}, st)
 	default:
 		c.counts.Other++
 	}
 }
 
-// covered reports whether a notice for stream reached s after index at.
-func (s *subState) covered(stream streamKey, at int64) bool {
-	return s.expiredAt[stream] > at || s.droppingAt > at
+// cover reports whether a notice that can explain a loss of stream arrived
+// at an index in (from, to), and marks every such notice used.
+func (s *subState) cover(stream streamKey, from, to int64) bool {
+	return s.covered(stream, from, to, true)
+}
+
+// covered is cover, marking the notices only if mark.
+func (s *subState) covered(stream streamKey, from, to int64, mark bool) bool {
+	i := sort.Search(len(s.notices), func(i int) bool { return s.notices[i].at > from })
+	ok := false
+	for ; i < len(s.notices) && s.notices[i].at < to; i++ {
+		if n := &s.notices[i]; n.dropping || stream.explainedBy(n.key) {
+			ok = true
+			if !mark {
+				return true
+			}
+			n.used = true
+		}
+	}
+	return ok
+}
+
+// cursor applies rule 6.
+func (c *Checker) cursor(subName string, s *subState, m *messages.Delivery, st *testpb.Stamp) {
+	k := cursorKey{m.Node, m.Group, m.Incarnation}
+	cs := s.cursors[k]
+	switch {
+	case cs == nil:
+		s.cursors[k] = &cursorState{last: m.Cursor, lastAt: s.n}
+		return
+	case m.Cursor <= cs.last:
+		return // a redelivery (rule 1 judges its order)
+	case m.Cursor > cs.last+1 && !s.cover(streamKey{m.Node, m.Group}, cs.lastAt, s.n):
+		c.violate(Violation{Kind: CursorGap, Subscriber: subName, Publisher: st.Publisher, Node: m.Node, Group: m.Group,
+			Prev: cs.last, Got: m.Cursor, Index: s.n})
+	}
+	cs.last, cs.lastAt = m.Cursor, s.n
 }
 
 func (c *Checker) stamp(subName string, s *subState, stream streamKey, st *testpb.Stamp) {
 	c.counts.Delivered++
+	pi := c.pub(st.Publisher)
+	if pi.group == anyGroup {
+		pi.node, pi.group = stream.node, stream.group
+	}
+	if st.Seq > pi.last {
+		pi.last = st.Seq
+	}
 	p := s.pubs[st.Publisher]
-	if p == nil {
-		p = &pubState{stream: stream}
+	if p == nil { // the start is judged at Finish (rule 4)
+		p = &pubState{stream: stream, high: st.Seq, first: st.Seq, firstAt: s.n, lastAt: s.n}
+		p.add(st.Seq)
 		s.pubs[st.Publisher] = p
-		if s.late && st.Seq > 0 {
-			p.high = st.Seq - 1 // the baseline
-		}
+		return
 	}
 	p.stream = stream
 	seq := st.Seq
 	switch {
 	case seq == p.high+1:
 	case seq > p.high+1:
-		if s.covered(stream, p.lastAt) {
+		if s.cover(stream, p.lastAt, s.n) {
 			c.counts.CoveredGaps++
 		} else {
-			s.lastGapAt = s.n
 			c.violate(Violation{Kind: SilentGap, Subscriber: subName, Publisher: st.Publisher, Node: stream.node,
 				Group: stream.group, Prev: p.high, Got: seq, Index: s.n})
 		}
 	case p.has(seq):
 		c.counts.Duplicates++
 		c.dups[subName]++
-		return // a redelivery does not consume a notice
+		return // a redelivery is not the publisher's "previous message"
 	default:
 		c.reorders[st.Publisher]++
 		c.violate(Violation{Kind: Reorder, Subscriber: subName, Publisher: st.Publisher, Node: stream.node,
@@ -256,10 +475,20 @@ func (p *pubState) add(seq uint64) {
 }
 
 func (c *Checker) violate(v Violation) {
-	if v.Kind == SilentGap {
-		c.counts.SilentGaps++
-	} else {
+	switch v.Kind {
+	case Reorder:
 		c.counts.Reorders++
+	case StartGap:
+		c.counts.SilentGaps++
+		c.counts.StartGaps++
+	case TailGap:
+		c.counts.SilentGaps++
+		c.counts.TailGaps++
+	case CursorGap:
+		c.counts.SilentGaps++
+		c.counts.CursorGaps++
+	default:
+		c.counts.SilentGaps++
 	}
 	if len(c.violations) < c.MaxViolations {
 		c.violations = append(c.violations, v)
@@ -269,51 +498,126 @@ func (c *Checker) violate(v Violation) {
 	}
 }
 
-// Finish checks the tail: publisher (broadcasting through node, group) sent
-// up to lastSent. Every subscriber that is not late must have received up to
-// lastSent, or have been told (a notice after the publisher's last
-// delivery); a late subscriber that never heard of the publisher is not
-// checked. It returns the tail gaps found (also counted as silent gaps).
-// Call it once per publisher, when the system is quiet.
-func (c *Checker) Finish(publisher, node string, group uint32, lastSent uint64) []Violation {
+// Finish applies rules 4, 5 and 7, once, when the system is quiet (publishers
+// stopped, faults healed, subscribers drained or told). It returns the
+// violations it found.
+func (c *Checker) Finish() []Violation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Violation
-	for _, name := range c.subNames() {
-		s := c.subs[name]
-		p := s.pubs[publisher]
-		if p == nil {
-			if s.late || lastSent == 0 {
-				continue
-			}
-			p = &pubState{stream: streamKey{node, group}}
-		}
-		if p.high >= lastSent || s.covered(p.stream, p.lastAt) {
-			continue
-		}
-		v := Violation{Kind: SilentGap, Subscriber: name, Publisher: publisher, Node: p.stream.node,
-			Group: p.stream.group, Prev: p.high, Got: lastSent + 1, Index: s.n}
+	violate := func(v Violation) {
 		c.violate(v)
 		out = append(out, v)
+	}
+	pubNames := make([]string, 0, len(c.pubs))
+	for n := range c.pubs {
+		pubNames = append(pubNames, n)
+	}
+	sort.Strings(pubNames)
+	for _, name := range c.subNames() {
+		s := c.subs[name]
+		for _, pn := range pubNames {
+			pi := c.pubs[pn]
+			p := s.pubs[pn]
+			f := uint64(0)
+			if pi.declared {
+				f = pi.firstAfter(s.since)
+			}
+			key := pi.key()
+			if p != nil {
+				key = p.stream
+			}
+			// Rule 4: the start.
+			if p != nil && f > 0 && p.first > f {
+				if s.cover(key, 0, p.firstAt) {
+					c.counts.CoveredGaps++
+				} else {
+					violate(Violation{Kind: StartGap, Subscriber: name, Publisher: pn, Node: key.node, Group: key.group,
+						Prev: f - 1, Got: p.first, Index: p.firstAt})
+				}
+			}
+			// Rule 5: the end.
+			if s.dead {
+				continue
+			}
+			high, lastAt := uint64(0), int64(0)
+			switch {
+			case p != nil:
+				high, lastAt = p.high, p.lastAt
+			case f > 0:
+				high = f - 1
+			default:
+				continue // nothing broadcast after it subscribed, nothing received
+			}
+			if high >= pi.last {
+				continue
+			}
+			if s.cover(key, lastAt, s.n+1) {
+				c.counts.CoveredGaps++
+				continue
+			}
+			violate(Violation{Kind: TailGap, Subscriber: name, Publisher: pn, Node: key.node, Group: key.group,
+				Prev: high, Got: pi.last + 1, Index: s.n})
+		}
+		// Rule 6: false alarms.
+		for i := range s.notices {
+			n := &s.notices[i]
+			switch {
+			case n.used:
+			case s.dead && c.unjudged(s, n):
+				c.counts.Unjudged++
+			case !n.dropping && n.reason == ReasonRestarted:
+				c.counts.Precautionary++
+			default:
+				c.counts.FalseAlarms++
+				if n.dropping {
+					c.falseReasons["dropping"]++
+				} else {
+					c.falseReasons[n.reason]++
+				}
+			}
+		}
 	}
 	return out
 }
 
-// Behind reports, for the caller's drain loop, how many subscribers have
-// neither received up to lastSent from publisher nor been told.
-func (c *Checker) Behind(publisher string, lastSent uint64) int {
+// unjudged: a notice of a dead subscriber after which a stream it speaks
+// for never delivered again (and was not complete).
+func (c *Checker) unjudged(s *subState, n *notice) bool {
+	for pn, pi := range c.pubs {
+		key := pi.key()
+		p := s.pubs[pn]
+		if p != nil {
+			key = p.stream
+		}
+		if !n.dropping && !key.explainedBy(n.key) {
+			continue
+		}
+		if p == nil || (p.lastAt < n.at && p.high < pi.last) {
+			return true
+		}
+	}
+	return false
+}
+
+// Behind reports, for a live drain loop, how many subscribers have neither
+// received up to last from publisher nor been told after their last
+// message of it. lastAt is when it broadcast last (unix nanoseconds): a
+// subscriber that subscribed later and heard nothing is not behind.
+func (c *Checker) Behind(publisher string, last uint64, lastAt int64) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
+	pi := c.pubs[publisher]
 	for _, s := range c.subs {
 		p := s.pubs[publisher]
 		if p == nil {
-			if !s.late && lastSent > 0 {
+			if last > 0 && s.since < lastAt && !(pi != nil && s.covered(pi.key(), 0, s.n+1, false)) {
 				n++
 			}
 			continue
 		}
-		if p.high < lastSent && !s.covered(p.stream, p.lastAt) {
+		if p.high < last && !s.covered(p.stream, p.lastAt, s.n+1, false) {
 			n++
 		}
 	}
@@ -345,6 +649,10 @@ type Report struct {
 	Violations []Violation    `json:"violations"`
 	Reorders   map[string]int `json:"reorders_per_publisher"`
 	Duplicates map[string]int `json:"duplicates_per_subscriber"`
+	// ExpiryReasons counts the CursorExpired received per reason;
+	// FalseAlarmReasons the false alarms per reason ("dropping": DROPPING).
+	ExpiryReasons     map[string]int64 `json:"expiry_reasons,omitempty"`
+	FalseAlarmReasons map[string]int64 `json:"false_alarm_reasons,omitempty"`
 }
 
 // Report returns a copy of the totals and the violations kept.
@@ -352,12 +660,19 @@ func (c *Checker) Report() Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := Report{Counts: c.counts, Violations: append([]Violation(nil), c.violations...),
-		Reorders: map[string]int{}, Duplicates: map[string]int{}}
+		Reorders: map[string]int{}, Duplicates: map[string]int{},
+		ExpiryReasons: map[string]int64{}, FalseAlarmReasons: map[string]int64{}}
 	for k, v := range c.reorders {
 		r.Reorders[k] = v
 	}
 	for k, v := range c.dups {
 		r.Duplicates[k] = v
+	}
+	for k, v := range c.reasons {
+		r.ExpiryReasons[k] = v
+	}
+	for k, v := range c.falseReasons {
+		r.FalseAlarmReasons[k] = v
 	}
 	return r
 }

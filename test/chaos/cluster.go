@@ -60,6 +60,7 @@ type Cluster struct {
 	violations []test.Violation
 	pubs       map[string]PubInfo   // every publisher ever, last known
 	finals     map[string]nodeFinal // per process (name#incarnation): last counts
+	killed     map[string]bool      // processes (name#incarnation) killed: their subscribers died
 }
 
 type nodeFinal struct {
@@ -79,7 +80,7 @@ func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
 	if opt.Logf == nil {
 		opt.Logf = func(string, ...interface{}) {}
 	}
-	c = &Cluster{opt: opt, pubs: map[string]PubInfo{}, finals: map[string]nodeFinal{}}
+	c = &Cluster{opt: opt, pubs: map[string]PubInfo{}, finals: map[string]nodeFinal{}, killed: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -199,6 +200,7 @@ func (c *Cluster) startNode(nd *NodeProc) error {
 		"-batch-interval", o.BatchInterval.String(), "-call-timeout", o.CallTimeout.String(),
 		"-retry", o.Retry.String(), "-log-level", o.LogLevel)
 	key := fmt.Sprintf("%s#%d", nd.Name, nd.Incarnation)
+	argv = append(argv, "-record", filepath.Join(o.Dir, key+".rec"))
 	p, _, err := StartProc(key, argv, filepath.Join(o.Dir, nd.Name+".log"), func(p *Proc, ev Event) { c.event(nd.Name, p.Name, ev) })
 	if err != nil {
 		return err
@@ -242,7 +244,19 @@ func (c *Cluster) Publishers() []PubInfo {
 	return out
 }
 
-// Violations returns what the nodes' checkers reported as it happened.
+// Records lists every process's record, the killed ones marked dead.
+func (c *Cluster) Records() ([]RecordFile, error) {
+	c.mu.Lock()
+	dead := make(map[string]bool, len(c.killed))
+	for k, v := range c.killed {
+		dead[k] = v
+	}
+	c.mu.Unlock()
+	return RecordFiles(c.opt.Dir, dead)
+}
+
+// Violations returns what the nodes' checkers reported as it happened
+// (progress only: the verdict is CheckRecords').
 func (c *Cluster) Violations() []test.Violation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -316,6 +330,54 @@ func (c *Cluster) SetProxy(i int, mode string, latency time.Duration) error {
 	return err
 }
 
+// ProxyCounters returns what node i's proxy route observed of its faults.
+func (c *Cluster) ProxyCounters(i int) (ProxyCounters, error) {
+	ev, err := c.proxy.Call(Command{Op: OpCounters, Listen: c.Nodes[i].Advertise}, 5*time.Second)
+	if err != nil {
+		return ProxyCounters{}, err
+	}
+	if ev.Counters == nil {
+		return ProxyCounters{}, errors.New("proxy: no counters in reply")
+	}
+	return *ev.Counters, nil
+}
+
+// DroppedPackets sums the packet counters of node i's iptables DROP rules
+// (OUTPUT chain): non-zero once a partition or loss rule dropped something.
+func (c *Cluster) DroppedPackets(i int) (int64, error) {
+	out, err := exec.Command("ip", "netns", "exec", c.Nodes[i].NS, "iptables", "-w", "-L", "OUTPUT", "-v", "-n", "-x").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("iptables -L: %v: %s", err, out)
+	}
+	var n int64
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == "DROP" {
+			v, err := strconv.ParseInt(f[0], 10, 64)
+			if err == nil {
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
+// ProcState is the state letter of node i's process in /proc/<pid>/stat
+// (R, S, T for stopped, ...).
+func (c *Cluster) ProcState(i int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Nodes[i].Proc.Pid()))
+	if err != nil {
+		return "", err
+	}
+	// pid (comm) state ...: comm may hold spaces, so read after the last ')'.
+	s := string(b)
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 || j+2 >= len(s) {
+		return "", fmt.Errorf("bad /proc stat %q", s)
+	}
+	return s[j+2 : j+3], nil
+}
+
 func (c *Cluster) iptables(i int, args ...string) error {
 	return run(append([]string{"ip", "netns", "exec", c.Nodes[i].NS, "iptables", "-w"}, args...)...)
 }
@@ -357,6 +419,9 @@ func (c *Cluster) Kill(i int) error {
 	if nd.Paused {
 		_ = nd.Proc.Signal(syscall.SIGCONT)
 	}
+	c.mu.Lock()
+	c.killed[nd.Proc.Name] = true
+	c.mu.Unlock()
 	return nd.Proc.Kill()
 }
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,10 +20,19 @@ import (
 // BuildNode builds the chaosnode binary into dir (with -race if race) and
 // returns its path.
 func BuildNode(ctx context.Context, dir string, race bool) (string, error) {
+	return BuildNodeTags(ctx, dir, race)
+}
+
+// BuildNodeTags is BuildNode with build tags (plantdefect: the binary can
+// plant the defect that ECHOPUBSUB_PLANT_DEFECT names, see internal/plant).
+func BuildNodeTags(ctx context.Context, dir string, race bool, tags ...string) (string, error) {
 	out := filepath.Join(dir, "chaosnode")
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
 	}
 	args = append(args, "github.com/echopubsub/echopubsub/test/chaos/chaosnode")
 	cmd := exec.CommandContext(ctx, "go", args...)
@@ -194,6 +204,16 @@ func (p *Proc) Quit(timeout time.Duration) error {
 			err = fmt.Errorf("%s did not exit within %v of quit", p.Name, timeout)
 		}
 		return err
+	}
+}
+
+// ExitState is the process's exit state once it exited (nil before).
+func (p *Proc) ExitState() *os.ProcessState {
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState
+	default:
+		return nil
 	}
 }
 

@@ -3,8 +3,11 @@
 // (cut, blackhole, latency), network namespaces with veth and iptables for
 // one-way and pairwise partitions and packet loss (as root), kill -9 and
 // restart, SIGSTOP/SIGCONT, and producer and worker crashes through the
-// supervision tree. Every subscriber's stream is checked by test.Checker
-// inside its node; the soak (RunSoak) aggregates the nodes' reports.
+// supervision tree, and a cold restart of the whole cluster. Every node
+// appends each publish and each reception to its own record file (see
+// Recorder); after the run, CheckRecords runs test.Checker over all of
+// them, and that is the verdict. The nodes' live checkers and status
+// reports are for progress only.
 //
 // The node binary is ./chaosnode, built by BuildNode. The harness talks to
 // it with JSON lines: a Command on stdin, Events on stdout (one "reply" per
@@ -57,16 +60,24 @@ const (
 	OpStopPublish = "stop_publish"
 	OpStatus      = "status"
 	OpBehind      = "behind"
-	OpFinish      = "finish"
 	OpCrash       = "crash"
 	OpQuit        = "quit"
 	// OpSkip makes every publisher of the node skip one sequence number: a
 	// gap of the test's own making, to prove the harness reports one.
 	OpSkip = "skip"
 	// Proxy ops.
-	OpRoute = "route"
-	OpMode  = "mode"
+	OpRoute    = "route"
+	OpMode     = "mode"
+	OpCounters = "counters" // what the route's faults did so far
 )
+
+// ProxyCounters are what a proxy route observed of its faults, cumulative.
+type ProxyCounters struct {
+	Closed  int64 `json:"closed"`  // connections closed by a cut
+	Refused int64 `json:"refused"` // connections refused while cut
+	Held    int64 `json:"held"`    // chunks a blackhole held
+	Delayed int64 `json:"delayed"` // chunks delayed by latency
+}
 
 // Proxy modes.
 const (
@@ -83,6 +94,8 @@ type PubInfo struct {
 	Node  string `json:"node"`
 	Group uint32 `json:"group"`
 	Last  uint64 `json:"last"`
+	// LastAt is when Last was broadcast (unix nanoseconds).
+	LastAt int64 `json:"last_at,omitempty"`
 }
 
 // Event is one line a node or proxy writes.
@@ -107,4 +120,6 @@ type Event struct {
 	Behind int `json:"behind,omitempty"`
 	// violation.
 	Violation *test.Violation `json:"violation,omitempty"`
+	// counters (proxy).
+	Counters *ProxyCounters `json:"counters,omitempty"`
 }

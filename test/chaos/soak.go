@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/echopubsub/echopubsub/test"
@@ -24,11 +25,17 @@ const (
 	FaultPause          = "sigstop"          // SIGSTOP ... SIGCONT
 	FaultProducerCrash  = "producer_crash"   // a FaultHook panic in the producer
 	FaultWorkerCrash    = "worker_crash"     // a FaultHook panic in the worker
+	// FaultColdRestart kill -9s every node, then starts them all again at
+	// once; each subscribes and starts publishing as soon as it is up,
+	// without waiting for the cluster to form (the join protocol must give
+	// every node every message written after its Start, and no false
+	// CursorExpired).
+	FaultColdRestart = "cold_restart"
 )
 
 // AllFaults lists every kind; the network ones need Netns.
 var AllFaults = []string{FaultProxyCut, FaultProxyBlackhole, FaultProxyLatency, FaultOneWay, FaultPairwise,
-	FaultLoss, FaultKill, FaultPause, FaultProducerCrash, FaultWorkerCrash}
+	FaultLoss, FaultKill, FaultPause, FaultProducerCrash, FaultWorkerCrash, FaultColdRestart}
 
 func needsNetns(kind string) bool {
 	return kind == FaultOneWay || kind == FaultPairwise || kind == FaultLoss
@@ -66,7 +73,8 @@ type Result struct {
 	Publishers        int
 	Deliveries        int64 // stamps received, all subscribers
 	Faults            map[string]int
-	Skipped           []string // kinds not run (no root)
+	Confirmed         map[string]int // faults whose effect was observed
+	Skipped           []string       // kinds not run (no root)
 	Counts            test.Counts
 	ReordersPerSender map[string]int
 	DuplicatesPerNode map[string]int64
@@ -79,6 +87,11 @@ type Result struct {
 	PeakHWMKB      map[string]int64
 	// DataRaces reported by nodes built with -race.
 	DataRaces int
+	// Record is the verdict: CheckRecords over every process's record.
+	Record *RecordCheck
+	// LiveViolations is what the nodes' live checkers reported (progress
+	// only; the record is the verdict).
+	LiveViolations int
 }
 
 // RunSoak starts a cluster, publishes from every node while injecting each
@@ -97,7 +110,7 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 		return nil, err
 	}
 	defer c.Close()
-	res := &Result{Faults: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
+	res := &Result{Faults: map[string]int{}, Confirmed: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
 		ExpiriesPerNode: map[string]int64{}, PeakHWMKB: map[string]int64{}}
 	kinds := []string{}
 	all := AllFaults
@@ -185,45 +198,38 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	if err != nil {
 		logf("soak: drain incomplete (the tail check will report it): %v", err)
 	}
-	for _, nd := range c.Live() {
-		ev, err := nd.Proc.Call(Command{Op: OpFinish, Sent: pubs}, 30*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		c.finals[nd.Proc.Name] = nodeFinal{node: nd.Name, counts: ev.Report.Counts, hwm: nd.Proc.Status().HWMKB}
-		c.mu.Unlock()
-		for p, n := range ev.Report.Reorders {
-			res.ReordersPerSender[p] += n
-		}
-		// Tail gaps are found only now; earlier violations were streamed.
-		for _, v := range ev.Report.Violations {
-			if v.Got > 0 && isTail(v, pubs) {
-				c.mu.Lock()
-				c.violations = append(c.violations, v)
-				c.mu.Unlock()
-			}
-		}
-	}
 	c.mu.Lock()
 	for _, f := range c.finals {
-		res.Counts.Add(f.counts)
-		res.DuplicatesPerNode[f.node] += f.counts.Duplicates
-		res.ExpiriesPerNode[f.node] += f.counts.Expiries
 		if f.hwm > res.PeakHWMKB[f.node] {
 			res.PeakHWMKB[f.node] = f.hwm
 		}
 	}
 	c.mu.Unlock()
-	res.Deliveries = res.Counts.Delivered
-	res.Violations = c.Violations()
-	res.Messages = 0
-	for _, p := range pubs {
-		res.Messages += int64(p.Last)
-	}
-	res.Publishers = len(pubs)
-	c.Close() // the race detector reports on exit, too
+	res.LiveViolations = len(c.Violations())
+	c.Close() // the race detector reports on exit, too; the records are complete
 	res.DataRaces = c.DataRaces()
+	// The verdict: every record, checked offline.
+	files, err := c.Records()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := CheckRecords(files)
+	if err != nil {
+		return nil, fmt.Errorf("checking the records: %w", err)
+	}
+	res.Record = rc
+	res.Counts = rc.Report.Counts
+	res.Deliveries = res.Counts.Delivered
+	res.Violations = rc.Report.Violations
+	res.ReordersPerSender = rc.Report.Reorders
+	res.DuplicatesPerNode = rc.DuplicatesPerNode
+	res.ExpiriesPerNode = rc.ExpiriesPerNode
+	res.Messages = rc.Messages
+	res.Publishers = rc.Publishers
+	if rc.WorkerCrashes < res.Faults[FaultWorkerCrash] {
+		return nil, fmt.Errorf("fault %s not confirmed: %d injected, %d recorded after a delivered entry of a batch",
+			FaultWorkerCrash, res.Faults[FaultWorkerCrash], rc.WorkerCrashes)
+	}
 	res.Duration = time.Since(start)
 	return res, nil
 }
@@ -237,15 +243,6 @@ func subscribe(c *Cluster, i int, o SoakOptions, late bool) error {
 		return err
 	}
 	return nil
-}
-
-func isTail(v test.Violation, pubs []PubInfo) bool {
-	for _, p := range pubs {
-		if p.Name == v.Publisher && v.Got == p.Last+1 {
-			return true
-		}
-	}
-	return false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -297,58 +294,144 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		logf = func(string, ...interface{}) {}
 	}
 	logf("soak: injecting %s (node %d, peer %d)", kind, a, b)
+	// Each fault confirms its effect by an observation independent of the
+	// command that made it; one that cannot be confirmed fails the run.
+	confirm := func(ok bool, format string, args ...interface{}) error {
+		if !ok {
+			return fmt.Errorf("fault %s on node %d not confirmed: %s", kind, a, fmt.Sprintf(format, args...))
+		}
+		res.Confirmed[kind]++
+		return nil
+	}
 	switch kind {
-	case FaultProxyCut, FaultProxyBlackhole:
-		mode := ModeCut
-		if kind == FaultProxyBlackhole {
+	case FaultProxyCut, FaultProxyBlackhole, FaultProxyLatency:
+		mode, latency := ModeCut, time.Duration(0)
+		switch kind {
+		case FaultProxyBlackhole:
 			mode = ModeBlackhole
+		case FaultProxyLatency:
+			mode, latency = ModeLatency, 150*time.Millisecond
 		}
-		if err := c.SetProxy(a, mode, 0); err != nil {
+		before, err := c.ProxyCounters(a)
+		if err != nil {
 			return err
 		}
-		if err := hold(ctx, c, o.Hold, res, a); err != nil {
+		if err := c.SetProxy(a, mode, latency); err != nil {
 			return err
 		}
-		return c.SetProxy(a, ModePass, 0)
-	case FaultProxyLatency:
-		if err := c.SetProxy(a, ModeLatency, 150*time.Millisecond); err != nil {
+		if kind == FaultProxyLatency {
+			err = hold(ctx, c, o.Hold, res)
+		} else {
+			err = hold(ctx, c, o.Hold, res, a)
+		}
+		if err != nil {
 			return err
 		}
-		if err := hold(ctx, c, o.Hold, res); err != nil {
+		after, err := c.ProxyCounters(a)
+		if err != nil {
 			return err
 		}
-		return c.SetProxy(a, ModePass, 0)
-	case FaultOneWay, FaultPairwise:
-		if err := c.Block(a, b); err != nil {
+		if err := c.SetProxy(a, ModePass, 0); err != nil {
 			return err
 		}
-		if kind == FaultPairwise {
-			if err := c.Block(b, a); err != nil {
+		switch kind {
+		case FaultProxyCut:
+			return confirm(after.Closed+after.Refused > before.Closed+before.Refused,
+				"the proxy closed and refused no connection (%+v, before %+v)", after, before)
+		case FaultProxyBlackhole:
+			return confirm(after.Held > before.Held, "the proxy held nothing (%+v, before %+v)", after, before)
+		default:
+			return confirm(after.Delayed > before.Delayed, "the proxy delayed nothing (%+v, before %+v)", after, before)
+		}
+	case FaultOneWay, FaultPairwise, FaultLoss:
+		var err error
+		targets := []int{a}
+		switch kind {
+		case FaultLoss:
+			err = c.Loss(a, 0.3)
+		case FaultOneWay:
+			err = c.Block(a, b)
+		case FaultPairwise:
+			err = errors.Join(c.Block(a, b), c.Block(b, a))
+			targets = append(targets, b)
+		}
+		if err != nil {
+			return err
+		}
+		if kind == FaultLoss {
+			err = hold(ctx, c, o.Hold, res)
+		} else {
+			err = hold(ctx, c, o.Hold, res, b)
+		}
+		if err != nil {
+			return err
+		}
+		var dropped []int64
+		ok := true
+		for _, i := range targets {
+			n, err := c.DroppedPackets(i)
+			if err != nil {
 				return err
 			}
+			dropped = append(dropped, n)
+			ok = ok && n > 0
 		}
-		if err := hold(ctx, c, o.Hold, res, b); err != nil {
+		if err := c.HealNet(); err != nil {
 			return err
 		}
-		return c.HealNet()
-	case FaultLoss:
-		if err := c.Loss(a, 0.3); err != nil {
-			return err
-		}
-		if err := hold(ctx, c, o.Hold, res); err != nil {
-			return err
-		}
-		return c.HealNet()
+		return confirm(ok, "iptables DROP packet counters of nodes %v: %v", targets, dropped)
 	case FaultKill:
 		if err := c.Kill(a); err != nil {
+			return err // Kill returns once the process was reaped
+		}
+		st := c.Nodes[a].Proc.ExitState()
+		if err := confirm(st != nil && st.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL,
+			"the process did not die of SIGKILL (%v)", st); err != nil {
 			return err
 		}
 		if err := hold(ctx, c, o.Hold/2, res, a); err != nil {
 			return err
 		}
 		return c.Restart(a, func() error { return subscribe(c, a, o, true) }, pub)
+	case FaultColdRestart:
+		for i := range c.Nodes {
+			if err := c.Kill(i); err != nil {
+				return err
+			}
+			st := c.Nodes[i].Proc.ExitState()
+			if st == nil || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				return confirm(false, "node %d did not die of SIGKILL (%v)", i, st)
+			}
+		}
+		if err := hold(ctx, c, o.Hold/2, res); err != nil {
+			return err
+		}
+		// All at once: each node's process starts, subscribes and publishes
+		// while the others are still starting.
+		errs := make(chan error, len(c.Nodes))
+		for i := range c.Nodes {
+			go func(i int) { errs <- c.Restart(i, func() error { return subscribe(c, i, o, true) }, pub) }(i)
+		}
+		var err error
+		for range c.Nodes {
+			err = errors.Join(err, <-errs)
+		}
+		if err != nil {
+			return err
+		}
+		return confirm(true, "")
 	case FaultPause:
 		if err := c.Pause(a); err != nil {
+			return err
+		}
+		var state string
+		err := poll(2*time.Second, func() (bool, string) {
+			var err error
+			state, err = c.ProcState(a)
+			return err == nil && state == "T", fmt.Sprintf("state %q, %v", state, err)
+		})
+		if err := confirm(err == nil, "/proc/<pid>/stat never showed T: %v", err); err != nil {
+			_ = c.Resume(a)
 			return err
 		}
 		if err := hold(ctx, c, o.Hold, res, a); err != nil {
@@ -370,6 +453,9 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		}); err != nil {
 			return err
 		}
+		// Confirmed by the node's own count; a worker crash also by its
+		// record (a W line: an entry of the batch was delivered before it).
+		res.Confirmed[kind]++
 		return hold(ctx, c, o.Hold/2, res)
 	}
 	return errors.New("unknown fault kind")
@@ -399,18 +485,45 @@ func isolate(ctx context.Context, c *Cluster, o SoakOptions, res *Result) error 
 	return c.SetProxy(last, ModePass, 0)
 }
 
+// FalseAlarmReasons are the false alarms per reason.
+func (r *Result) FalseAlarmReasons() map[string]int64 {
+	if r.Record == nil {
+		return nil
+	}
+	return r.Record.Report.FalseAlarmReasons
+}
+
+func nonZero(m map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Summary renders r for logs and docs.
 func (r *Result) Summary() string {
-	s := fmt.Sprintf("duration %v\nmessages %d from %d publishers, %d deliveries checked\nfaults %v\n",
-		r.Duration.Round(time.Second), r.Messages, r.Publishers, r.Deliveries, r.Faults)
+	s := fmt.Sprintf("duration %v\nmessages %d from %d publishers, %d deliveries checked\nfaults %v, confirmed %v\n",
+		r.Duration.Round(time.Second), r.Messages, r.Publishers, r.Deliveries, r.Faults, r.Confirmed)
 	if len(r.Skipped) > 0 {
-		s += fmt.Sprintf("skipped (no root): %v\n", r.Skipped)
+		s += fmt.Sprintf("SKIPPED (no root or no ip tool): %v\n", r.Skipped)
 	}
 	if r.DataRaces > 0 {
 		s += fmt.Sprintf("DATA RACES reported by the nodes: %d\n", r.DataRaces)
 	}
-	s += fmt.Sprintf("silent gaps %d (of which a DROPPING notice came right after the jump: %d), reorders %d (per sender %v), covered gaps %d\n",
-		r.Counts.SilentGaps, r.Counts.LateNotices, r.Counts.Reorders, r.ReordersPerSender, r.Counts.CoveredGaps)
+	s += fmt.Sprintf("silent gaps %d (mid-stream %d, start %d, tail %d), reorders %d (per sender %v), covered gaps %d\n",
+		r.Counts.SilentGaps, r.Counts.SilentGaps-r.Counts.StartGaps-r.Counts.TailGaps, r.Counts.StartGaps, r.Counts.TailGaps,
+		r.Counts.Reorders, nonZero(r.ReordersPerSender), r.Counts.CoveredGaps)
+	s += fmt.Sprintf("false alarms %d %v, precautionary (producer restarted, nothing missing) %d, unjudged (dead subscribers) %d\n",
+		r.Counts.FalseAlarms, r.FalseAlarmReasons(), r.Counts.Precautionary, r.Counts.Unjudged)
+	s += fmt.Sprintf("undecodable %d, other unexpected messages %d, cursor expiries for a gap in a producer's stream %d\n",
+		r.Counts.Undecodable, r.Counts.Other, r.Counts.StreamGaps)
+	if r.Record != nil {
+		s += fmt.Sprintf("record: %d files, %d torn last lines, expiries by reason %v; live checkers reported %d violations (progress only)\n",
+			r.Record.Files, r.Record.TornLines, r.Record.Report.ExpiryReasons, r.LiveViolations)
+	}
 	s += fmt.Sprintf("duplicates per node %v\nexpiries per node %v, dropping notices %d, resumed %d\n",
 		r.DuplicatesPerNode, r.ExpiriesPerNode, r.Counts.Dropping, r.Counts.Resumed)
 	s += fmt.Sprintf("rss: baseline %d KiB, highest while a peer was cut %d KiB, peak (VmHWM) per node %v\n",

@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&cfg.callTimeout, "call-timeout", 0, "Config.CallTimeout (0: library default)")
 	flag.DurationVar(&cfg.retry, "retry", 0, "Config.RetryInterval (0: library default)")
 	flag.StringVar(&cfg.level, "log-level", "info", "zerolog level for stderr")
+	flag.StringVar(&cfg.record, "record", "", "append-only record of every publish and reception (the soak's verdict is checked from it)")
 	flag.Parse()
 
 	// SIGTERM/SIGINT end the process cleanly; the harness uses "quit" or SIGKILL.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"os"
@@ -29,20 +30,22 @@ import (
 )
 
 type nodeFlags struct {
-	name, listen, advertise, peers, level string
-	incarnation, buffer, pool             int
-	batch, callTimeout, retry             time.Duration
+	name, listen, advertise, peers, level, record string
+	incarnation, buffer, pool                     int
+	batch, callTimeout, retry                     time.Duration
 }
 
 // crashHook is the node's FaultHook: armed by the "crash" command, it panics
 // once inside the producer (Send runs on the producer's goroutine) or the
-// worker (Receive runs on the worker's), and the supervision tree restarts
-// that actor.
+// worker (Delivered runs on the worker's, after it handed an entry of a
+// batch to the subscribers and before the batch is acknowledged: a crash in
+// the middle of a batch), and the supervision tree restarts that actor.
 type crashHook struct {
 	producer, worker atomic.Bool
 	producerN        atomic.Int64 // crashes injected
 	workerN          atomic.Int64
 	log              zerolog.Logger
+	rec              *chaos.Recorder
 }
 
 func (h *crashHook) Send(node string, _ proto.Message) error {
@@ -54,25 +57,27 @@ func (h *crashHook) Send(node string, _ proto.Message) error {
 	return nil
 }
 
-func (h *crashHook) Receive(from string, _ proto.Message) error {
+func (h *crashHook) Receive(string, proto.Message) error { return nil }
+
+func (h *crashHook) Delivered(from string, cursor uint64) {
 	if h.worker.CompareAndSwap(true, false) {
+		h.rec.WorkerCrash(from, cursor) // the record confirms the crash came after a delivered entry
 		h.workerN.Add(1)
-		h.log.Warn().Str("producer", from).Msg("chaos: crashing the worker")
+		h.log.Warn().Str("producer", from).Uint64("cursor", cursor).Msg("chaos: crashing the worker in the middle of a batch")
 		panic("chaos: injected worker crash")
 	}
-	return nil
 }
 
-func (h *crashHook) Delivered(string, uint64)    {}
 func (h *crashHook) Acked(string, proto.Message) {}
 
 type publisher struct {
 	name   string
 	from   *actor.PID
 	last   atomic.Uint64
+	lastAt atomic.Int64 // when last was broadcast, unix ns
 	node   string
-	group  atomic.Int64 // learnt from the first local Delivery; -1 unknown
-	skip   atomic.Bool  // skip the next sequence number (OpSkip)
+	group  uint32
+	skip   atomic.Bool // skip the next sequence number (OpSkip)
 	cancel chan struct{}
 	done   chan struct{}
 }
@@ -83,7 +88,8 @@ type node struct {
 	system *actor.ActorSystem
 	log    zerolog.Logger
 	hook   *crashHook
-	check  *test.Checker
+	check  *test.Checker // live, for progress and the drain; the verdict is the record's
+	rec    *chaos.Recorder
 
 	out   *json.Encoder
 	outMu sync.Mutex
@@ -140,13 +146,21 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 	if cfg.retry > 0 {
 		pcfg.RetryInterval = cfg.retry
 	}
-	hook := &crashHook{log: log}
+	if cfg.record == "" {
+		return fmt.Errorf("-record: a record file is required")
+	}
+	rec, err := chaos.CreateRecorder(cfg.record)
+	if err != nil {
+		return fmt.Errorf("-record: %w", err)
+	}
+	defer rec.Close()
+	hook := &crashHook{log: log, rec: rec}
 	ps, err := echopubsub.Start(system, pcfg, echopubsub.WithLogger(log),
 		echopubsub.WithMembership(cluster.NewStatic(peers...)), echopubsub.WithFaultHook(hook))
 	if err != nil {
 		return err
 	}
-	n := &node{cfg: cfg, ps: ps, system: system, log: log, hook: hook, check: test.NewChecker(), out: json.NewEncoder(out)}
+	n := &node{cfg: cfg, ps: ps, system: system, log: log, hook: hook, check: test.NewChecker(), rec: rec, out: json.NewEncoder(out)}
 	n.check.OnViolation = func(v test.Violation) {
 		log.Error().Str("violation", v.String()).Msg("chaos: guarantee violated")
 		n.emit(chaos.Event{Ev: "violation", Violation: &v})
@@ -222,15 +236,9 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 	case chaos.OpBehind:
 		b := 0
 		for _, p := range c.Sent {
-			b += n.check.Behind(p.Name, p.Last)
+			b += n.check.Behind(p.Name, p.Last, p.LastAt)
 		}
 		return chaos.Event{Behind: b}
-	case chaos.OpFinish:
-		for _, p := range c.Sent {
-			n.check.Finish(p.Name, p.Node, p.Group, p.Last)
-		}
-		r := n.check.Report()
-		return chaos.Event{Report: &r}
 	case chaos.OpSkip:
 		n.mu.Lock()
 		for _, p := range n.pubs {
@@ -256,22 +264,25 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 // slow > 0 it spends that long on each message, bounded at bound.
 func (n *node) subscribe(late bool, bound int, slow time.Duration) error {
 	n.mu.Lock()
-	name := fmt.Sprintf("%s#%d/s%d", n.cfg.name, n.cfg.incarnation, n.subs)
+	id := n.subs
+	name := fmt.Sprintf("%s#%d/s%d", n.cfg.name, n.cfg.incarnation, id)
 	n.subs++
 	n.mu.Unlock()
-	n.check.AddSubscriber(name, late)
+	n.rec.Subscriber(id, name)
 	props := actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case *messages.Delivery:
-			if st, ok := m.Message.(*testpb.Stamp); ok && m.Node == n.ps.NodeName() {
-				n.learnGroup(st.Publisher, m.Group)
-			}
+			n.rec.Received(id, m)
 			n.check.Observe(name, m)
 			if slow > 0 {
 				time.Sleep(slow) // a slow consumer, on purpose
 			}
 		case *messages.CursorExpired, *messages.BackPressure:
+			n.rec.Received(id, m)
 			n.check.Observe(name, m)
+		case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+		default:
+			n.rec.Received(id, m) // unexpected: recorded, and the verdict asserts there are none
 		}
 	}, actor.WithMailbox(echopubsub.SubscriberMailbox()))
 	pid := n.system.Root.Spawn(props)
@@ -279,17 +290,27 @@ func (n *node) subscribe(late bool, bound int, slow time.Duration) error {
 	if bound > 0 {
 		opts = append(opts, echopubsub.WithMaxQueueLen(bound))
 	}
-	return n.ps.Subscribe(pid, chaos.Topic, opts...)
+	if err := n.ps.Subscribe(pid, chaos.Topic, opts...); err != nil {
+		return err
+	}
+	since := time.Now().UnixNano() // everything broadcast from now on must reach it, or it is told
+	n.rec.Subscribed(id, since)
+	n.check.AddSubscriber(name, since)
+	return nil
 }
 
-func (n *node) learnGroup(pub string, g uint32) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, p := range n.pubs {
-		if p.name == pub {
-			p.group.CompareAndSwap(-1, int64(g))
-		}
+// groupOf is the pool group the library routes a sender's broadcasts
+// through (actors.Runtime.Group), so a publisher nobody heard from still
+// has its producer stream.
+func groupOf(from *actor.PID, pool int) uint32 {
+	if pool <= 1 {
+		return 0
 	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(from.Address))
+	_, _ = h.Write([]byte{'/'})
+	_, _ = h.Write([]byte(from.Id))
+	return h.Sum32() % uint32(pool)
 }
 
 func (n *node) startPublisher(rate, pad int) {
@@ -298,7 +319,7 @@ func (n *node) startPublisher(rate, pad int) {
 	p := &publisher{name: fmt.Sprintf("%s#%d/p%d", n.cfg.name, n.cfg.incarnation, i), node: n.ps.NodeName(),
 		from:   actor.NewPID(n.ps.NodeName(), fmt.Sprintf("chaos-publisher-%d", i)),
 		cancel: make(chan struct{}), done: make(chan struct{})}
-	p.group.Store(-1)
+	p.group = groupOf(p.from, n.cfg.pool)
 	n.pubs = append(n.pubs, p)
 	n.mu.Unlock()
 	go n.publish(p, rate, pad)
@@ -327,7 +348,8 @@ func (n *node) publish(p *publisher, rate, pad int) {
 				p.last.Store(seq) // never sent: a planted gap
 				seq++
 			}
-			err := n.ps.Broadcast(p.from, chaos.Topic, &testpb.Stamp{Publisher: p.name, Seq: seq, Pad: padding, SentUnixNano: time.Now().UnixNano()})
+			at := time.Now().UnixNano()
+			err := n.ps.Broadcast(p.from, chaos.Topic, &testpb.Stamp{Publisher: p.name, Seq: seq, Pad: padding, SentUnixNano: at})
 			if err != nil {
 				failures++
 				if failures == 1 || failures%100 == 0 {
@@ -335,7 +357,9 @@ func (n *node) publish(p *publisher, rate, pad int) {
 				}
 				break
 			}
+			n.rec.Published(p.name, p.node, p.group, seq, at)
 			p.last.Store(seq)
+			p.lastAt.Store(at)
 			select {
 			case <-p.cancel:
 				return
@@ -368,11 +392,7 @@ func (n *node) pubInfo() []chaos.PubInfo {
 	defer n.mu.Unlock()
 	var out []chaos.PubInfo
 	for _, p := range n.pubs {
-		g := p.group.Load()
-		if g < 0 {
-			g = 0
-		}
-		out = append(out, chaos.PubInfo{Name: p.name, Node: p.node, Group: uint32(g), Last: p.last.Load()})
+		out = append(out, chaos.PubInfo{Name: p.name, Node: p.node, Group: p.group, Last: p.last.Load(), LastAt: p.lastAt.Load()})
 	}
 	return out
 }

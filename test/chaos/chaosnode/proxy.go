@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/echopubsub/echopubsub/test/chaos"
@@ -24,6 +25,11 @@ type route struct {
 	latency time.Duration
 	resume  chan struct{} // closed when a blackhole ends
 	conns   map[net.Conn]struct{}
+
+	// What the faults did, observed here (the harness confirms each fault
+	// by them): connections closed by a cut, connections refused while cut,
+	// chunks held by a blackhole, chunks delayed by latency.
+	closed, refused, held, delayed atomic.Int64
 }
 
 func (r *route) state() (mode string, latency time.Duration, resume chan struct{}) {
@@ -45,6 +51,7 @@ func (r *route) setMode(mode string, latency time.Duration) {
 	if mode == chaos.ModeCut {
 		for c := range r.conns {
 			_ = c.Close()
+			r.closed.Add(1)
 		}
 	}
 }
@@ -78,6 +85,7 @@ func (r *route) serve() {
 func (r *route) handle(client net.Conn) {
 	if !r.track(client) {
 		_ = client.Close()
+		r.refused.Add(1)
 		return
 	}
 	defer r.untrack(client)
@@ -131,10 +139,12 @@ func (r *route) pump(src, dst net.Conn) {
 		for {
 			mode, latency, resume := r.state()
 			if mode == chaos.ModeBlackhole {
+				r.held.Add(1)
 				<-resume // held, as a network that drops every packet holds TCP's retransmits
 				continue
 			}
 			if mode == chaos.ModeLatency {
+				r.delayed.Add(1)
 				time.Sleep(time.Until(ch.at.Add(latency)))
 			}
 			break
@@ -199,6 +209,14 @@ func runProxy(in io.Reader, out io.Writer, sig <-chan os.Signal) error {
 				default:
 					ev.Err = fmt.Sprintf("unknown mode %q", c.Mode)
 				}
+			case chaos.OpCounters:
+				r := routes[c.Listen]
+				if r == nil {
+					ev.Err = fmt.Sprintf("no route listening on %q", c.Listen)
+					break
+				}
+				ev.Counters = &chaos.ProxyCounters{Closed: r.closed.Load(), Refused: r.refused.Load(),
+					Held: r.held.Load(), Delayed: r.delayed.Load()}
 			default:
 				ev.Err = fmt.Sprintf("unknown op %q", c.Op)
 			}

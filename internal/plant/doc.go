@@ -1,0 +1,43 @@
+// Package plant plants defects in the library for the tests that prove the
+// chaos soak catches them. In a normal build (without the plantdefect build
+// tag) every function is a constant false that the compiler inlines away:
+// the call sites cost nothing.
+//
+// Built with -tags plantdefect, the environment variable
+// ECHOPUBSUB_PLANT_DEFECT chooses one defect (read once, at start):
+//
+//	local_drop        the dispatcher silently drops one local delivery in LocalDropEvery
+//	loss_after_resume the dispatcher silently drops a subscriber's LossAfterResumedAt-th
+//	                  message after a RESUMED notice
+//	worker_skip       a worker skips one batch entry in WorkerSkipEvery (and advances past it)
+//	producer_advance  a producer advances a peer's read cursor when it sends a batch, not
+//	                  when the batch is acknowledged. Not in All: since workers refuse a
+//	                  batch past their cursor (OUT_OF_ORDER) and the producer takes the
+//	                  worker's cursor, this defect heals itself after one refusal (a lost
+//	                  batch is sent again, or its loss told as an expiry); run it by hand
+//	                  to see the soak stay clean
+//	ack_first         a worker marks an entry delivered (what it acknowledges) before
+//	                  delivering it, with the crash hook in between
+package plant
+
+// Env is the environment variable that chooses the defect.
+const Env = "ECHOPUBSUB_PLANT_DEFECT"
+
+// Defects, the values of Env.
+const (
+	LocalDrop        = "local_drop"
+	LossAfterResumed = "loss_after_resume"
+	WorkerSkip       = "worker_skip"
+	ProducerAdvance  = "producer_advance"
+	AckBeforeDeliver = "ack_first"
+)
+
+// All lists every defect the soak must catch (see producer_advance above).
+var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver}
+
+// Rates of the planted defects.
+const (
+	LocalDropEvery     = 2000
+	LossAfterResumedAt = 10
+	WorkerSkipEvery    = 2000
+)

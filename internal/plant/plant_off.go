@@ -1,0 +1,34 @@
+//go:build !plantdefect
+
+package plant
+
+// Enabled reports whether this build can plant defects.
+const Enabled = false
+
+// DropLocal reports whether to drop this delivery (local: it came from
+// this node's own producer).
+func DropLocal(local bool) bool { return false }
+
+// Noticed tells the plant that subscriber sub was sent a back-pressure
+// notice (resumed: a RESUMED one).
+func Noticed(sub string, resumed bool) {}
+
+// DropAfterResumed reports whether to drop this message to sub.
+func DropAfterResumed(sub string) bool { return false }
+
+// SkipEntry reports whether a worker skips this batch entry.
+func SkipEntry() bool { return false }
+
+// Advance is the read cursor a producer keeps for a peer when it sends a
+// batch that ends at target (planted: target, before any ack).
+func Advance(next, target uint64) uint64 { return next }
+
+// DeliveredHook is the part of actors.FaultHook AckFirst calls (a type
+// parameter, so the hook is passed without an interface conversion).
+type DeliveredHook interface {
+	Delivered(from string, cursor uint64)
+}
+
+// AckFirst lets a worker record entry c as delivered (*expected = c+1) and
+// run the hook before it delivers it (planted), as if the ack went out first.
+func AckFirst[H DeliveredHook](expected *uint64, c uint64, hook H, from string) {}
