@@ -158,7 +158,8 @@ type producer struct {
 	gm      metric.MeasurementOption // this group's attributes
 	log     zerolog.Logger
 
-	ring        *ringbuf.Ring[*Entry] // pointers into the Write messages: 8 bytes a slot for the GC to scan
+	buf         *store                 // the buffered messages, compact
+	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
 	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
 	inc         uint64
 	peers       map[string]*peer
@@ -215,12 +216,12 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.flushAll(ctx)
 		p.checkDrain(ctx)
 	case *actor.Started:
-		ring, err := ringbuf.New[*Entry](p.cfg.BufferSize)
+		buf, err := newStore(p.cfg.BufferSize)
 		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
 			p.log.Error().Err(err).Msg("producer cannot start")
 			return
 		}
-		p.ring = ring
+		p.buf, p.ring = buf, buf.ring
 		p.inc = uint64(time.Now().UnixNano())
 		p.peers = map[string]*peer{}
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
@@ -275,7 +276,7 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 	default:
 	}
 	e := &w.Entry
-	c, err := p.ring.WriteAt(e, monotonic())
+	c, err := p.buf.write(e, monotonic())
 	if err != nil {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
@@ -286,7 +287,6 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
 			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
-	w.Msg = nil // the ring keeps w (through e) for BufferSize writes: not the original message
 	p.armFlush(ctx)
 }
 
@@ -464,12 +464,12 @@ func (p *producer) acked(pe *peer, workerNext uint64) {
 func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
 	n, size := 0, 0
 	for c := d.From; c < d.To && n < p.cfg.MaxBatchMessages; c++ {
-		e, err := p.ring.At(c)
+		topic, _, payload, ex, err := p.buf.at(c)
 		if err != nil {
 			p.log.Error().Err(err).Msg("decided messages not buffered")
 			break
 		}
-		sz := len(e.Payload) + len(e.Topic) + len(e.Exclude) + len(e.OnlyNode) + 8
+		sz := len(payload) + len(topic) + len(ex.exclude) + len(ex.onlyNode) + 8
 		if n > 0 && size+sz > p.cfg.MaxBatchBytes {
 			break
 		}
@@ -484,8 +484,8 @@ func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
 		TopicIndex: make([]uint32, 0, n), TypeIndex: make([]uint32, 0, n), PayloadSize: make([]uint32, 0, n),
 		Payloads: make([]byte, 0, size)}
 	for c := d.From; c < d.From+uint64(n); c++ {
-		e, _ := p.ring.At(c)
-		b.Add(e.Topic, e.PayloadType, e.Payload, e.Exclude, e.OnlyNode)
+		topic, typ, payload, ex, _ := p.buf.at(c)
+		b.Add(topic, typ, payload, ex.exclude, ex.onlyNode)
 	}
 	p.lastBatch = b
 	return b

@@ -1,0 +1,112 @@
+package actors
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestStoreAgainstModel: whatever is written, every buffered cursor reads
+// back exactly (topic, type, payload, options), overwritten ones are gone,
+// and what the store keeps for overwritten messages (interned strings,
+// options, segments) is released with them.
+func TestStoreAgainstModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		capacity := rapid.IntRange(1, 40).Draw(t, "capacity")
+		s, err := newStore(capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []Entry
+		writes := rapid.IntRange(0, 300).Draw(t, "writes")
+		for i := 0; i < writes; i++ {
+			e := Entry{
+				Topic:       fmt.Sprintf("t%d", rapid.IntRange(0, 5).Draw(t, "topic")),
+				PayloadType: fmt.Sprintf("ty%d", rapid.IntRange(0, 2).Draw(t, "type")),
+				Payload:     bytes.Repeat([]byte{byte(i)}, rapid.IntRange(0, 3).Draw(t, "size")*rapid.IntRange(0, 40_000).Draw(t, "unit")),
+			}
+			if rapid.IntRange(0, 9).Draw(t, "extra") == 0 {
+				e.Exclude, e.OnlyNode = fmt.Sprintf("x%d", i), "n"
+			}
+			c, err := s.write(&e, int64(i))
+			if err != nil || c != uint64(i) {
+				t.Fatalf("write %d: cursor %d, %v", i, c, err)
+			}
+			all = append(all, e)
+		}
+		oldest := 0
+		if len(all) > capacity {
+			oldest = len(all) - capacity
+		}
+		live := map[string]bool{}
+		for c := oldest; c < len(all); c++ {
+			topic, typ, payload, ex, err := s.at(uint64(c))
+			want := all[c]
+			if err != nil || topic != want.Topic || typ != want.PayloadType || !bytes.Equal(payload, want.Payload) ||
+				ex.exclude != want.Exclude || ex.onlyNode != want.OnlyNode {
+				t.Fatalf("at(%d) = %q %q %d bytes %+v %v; want %+v", c, topic, typ, len(payload), ex, err, want)
+			}
+			live[want.Topic] = true
+		}
+		if oldest > 0 {
+			if _, _, _, _, err := s.at(uint64(oldest - 1)); err == nil {
+				t.Fatalf("at(%d) answered for an overwritten message", oldest-1)
+			}
+		}
+		if n := len(s.topics.ids); n != len(live) {
+			t.Fatalf("%d topics interned, %d live", n, len(live))
+		}
+		extras := 0
+		for c := oldest; c < len(all); c++ {
+			if all[c].Exclude != "" {
+				extras++
+			}
+		}
+		if len(s.extras) != extras {
+			t.Fatalf("%d options kept, %d live", len(s.extras), extras)
+		}
+		// Segments: at most one per live message, plus the one being filled.
+		if len(s.segs) > len(all)-oldest+1 {
+			t.Fatalf("%d segments for %d live messages", len(s.segs), len(all)-oldest)
+		}
+	})
+}
+
+// BenchmarkStoreHeap reports the live heap per buffered message beyond its
+// payload, with 1,000,000 messages of 10 and 200 bytes buffered (issue 17's
+// target: at most 32 bytes). One op is one write.
+func BenchmarkStoreHeap(b *testing.B) {
+	for _, size := range []int{10, 200} {
+		b.Run(fmt.Sprintf("payload=%d", size), func(b *testing.B) {
+			const n = 1_000_000
+			payload := make([]byte, size)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s, err := newStore(n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e := Entry{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
+				if _, err := s.write(&e, int64(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			for i := b.N; i < n; i++ { // fill the buffer whatever b.N was
+				e := Entry{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
+				_, _ = s.write(&e, int64(i))
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			held := min(n, max(b.N, n))
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held)-float64(size), "heap-B/msg-beyond-payload")
+			runtime.KeepAlive(s)
+		})
+	}
+}
