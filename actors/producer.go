@@ -170,6 +170,9 @@ type producer struct {
 	restarted   bool
 	lastWarn    time.Time
 	drainTo     *actor.PID // who asked Drain; nil when not draining
+	// published and delivered count writes (and own-node deliveries) since
+	// the last flush, when they go to the metrics.
+	published, delivered int64
 }
 
 func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
@@ -281,9 +284,9 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
 	}
-	p.m.published.Add(context.Background(), 1, p.gm)
+	p.published++ // recorded at the next flush: metrics cost per flush, not per message
 	if e.OnlyNode == "" || e.OnlyNode == p.node {
-		p.m.delivered.Add(context.Background(), 1, p.gm)
+		p.delivered++
 		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
 			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
@@ -291,6 +294,11 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 }
 
 func (p *producer) flushAll(ctx actor.Context) {
+	if p.published > 0 {
+		p.m.published.Add(context.Background(), p.published, p.gm)
+		p.m.delivered.Add(context.Background(), p.delivered, p.gm)
+		p.published, p.delivered = 0, 0
+	}
 	for _, pe := range p.peers {
 		p.service(ctx, pe)
 	}
