@@ -158,7 +158,7 @@ type producer struct {
 	gm      metric.MeasurementOption // this group's attributes
 	log     zerolog.Logger
 
-	buf         *store                 // the buffered messages, compact
+	buf         *store                // the buffered messages, compact
 	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
 	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
 	inc         uint64
