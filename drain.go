@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/echopubsub/echopubsub/actors"
 )
 
@@ -17,13 +19,19 @@ func (ps *PubSub) drain(ctx context.Context) {
 	start := time.Now()
 	until := drainDeadline(ctx, 2*ps.rt.Cfg.CallTimeout)
 	retired, away := 0, map[string]uint64{}
-	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
-		timeout := time.Until(until)
-		if timeout <= 0 { // protoactor treats a negative timeout as none at all
-			ps.rt.Log.Warn().Msg("graceful stop: no time left to drain")
-			return
-		}
-		res, err := ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.Drain{}, timeout).Result()
+	timeout := time.Until(until)
+	if timeout <= 0 { // protoactor treats a negative timeout as none at all
+		ps.rt.Log.Warn().Msg("graceful stop: no time left to drain")
+		return
+	}
+	// Every group drains at once: one group waiting for a failing node does
+	// not eat the others' time.
+	futures := make([]*actor.Future, ps.rt.Cfg.PoolSize)
+	for g := range futures {
+		futures[g] = ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.Drain{}, timeout)
+	}
+	for g, f := range futures {
+		res, err := f.Result()
 		d, ok := res.(*actors.Drained)
 		if err != nil || !ok {
 			ps.rt.Log.Warn().Err(err).Uint32("group", uint32(g)).Msg("graceful stop: drain did not finish: peers that had not acknowledged everything will be told CursorExpired")

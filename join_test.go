@@ -273,3 +273,31 @@ func wantUpTo(t *testing.T, c *test.Collector, n uint64) {
 	test.Eventually(t, 10*time.Second, func() bool { return equal(c.Stamps(), upTo(n)) },
 		func() string { return fmt.Sprintf("want stamps 1..%d, got %s", n, c.Describe()) })
 }
+
+// A listed node that never runs does not cost the other pool groups their
+// graceful stop: every group retires with the reachable node, so a clean
+// restart raises no notice there, in any group.
+func TestGracefulStopWithADeadListedNodeRetiresEveryGroup(t *testing.T) {
+	cfg := fastConfig()
+	cfg.PoolSize = 2
+	log := test.Logger(t, zerolog.InfoLevel)
+	var nodes []*test.Node
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", test.FreePort(t))} // listed, never started
+	for i := 0; i < 2; i++ {
+		system, r := test.StartRemote(t, log)
+		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
+		addrs = append(addrs, system.Address())
+	}
+	for _, nd := range nodes {
+		nd.Start(t, cfg, staticOf(addrs))
+	}
+	c := nodes[1].Subscribe(t, "match")
+	nodes[0].Broadcast(t, "match", stamp(1))
+	wantStamps(t, c, 1)
+	waitJoined(t, nodes) // every group of node 0 joined node 1: each has an incarnation to retire there
+	nodes[0].StopPubSub(t)
+	nodes[0].Start(t, cfg, staticOf(addrs))
+	nodes[0].Broadcast(t, "match", stamp(2))
+	wantStamps(t, c, 1, 2)
+	test.Never(t, 500*time.Millisecond, func() bool { return test.Count[*messages.CursorExpired](c) != 0 }, c.Describe)
+}

@@ -540,7 +540,10 @@ func (p *producer) register(ctx actor.Context, pe *peer) {
 		// The worker's pubsub started ack.StartedAgoNanos before it answered,
 		// and it answered after we sent: so not before sent - age, on our
 		// clock. Several probes keep the tightest bound.
-		since := int64(sent.Sub(epoch)) - int64(ack.StartedAgoNanos)
+		// A margin covers the two monotonic clocks running at slightly
+		// different rates (NTP slews up to 500 ppm): at worst some history.
+		age := int64(ack.StartedAgoNanos)
+		since := int64(sent.Sub(epoch)) - age - age/1000 - int64(time.Millisecond)
 		if pe.sinceInc != ack.WorkerIncarnation || since > pe.since {
 			pe.since, pe.sinceInc = since, ack.WorkerIncarnation
 		}
@@ -799,7 +802,7 @@ func (p *producer) stats() *GroupStats {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
 		}
 		if pe.workerInc == 0 { // not joined yet: nothing is held for it
-			ns.Lag, ns.Next = 0, gs.WriteCursor
+			ns.Lag, ns.Next, ns.Expired = 0, gs.WriteCursor, false
 		}
 		gs.Nodes = append(gs.Nodes, ns)
 	}

@@ -29,19 +29,27 @@ type known struct {
 }
 
 // maxProducers bounds a worker's producer table: one entry per producing
-// node (a restarted node replaces its entry), so it is reached only by a
-// peer inventing names. A join past it is refused, and the producer retries.
+// node (a restarted node replaces its entry). A table that is full drops the
+// producers silent for ForgetAfter (nodes gone for good, say after many
+// address changes), keeping a tombstone; if none is, a join is refused and
+// the producer retries.
 const maxProducers = 1024
+
+// tombstone is a dropped producer: its incarnation, whether it retired.
+type tombstone struct {
+	incarnation uint64
+	retired     bool
+}
 
 // workerTable outlives a crash of the worker actor: the group hands it to
 // the restarted incarnation (one incarnation runs at a time). Losing it
 // would let a producer restart during a worker restart go unnoticed.
 type workerTable struct {
 	producers map[string]*known
-	// forgot holds producer nodes dropped after ForgetAfter without a
-	// request, so their return is told rather than taken for a first join.
-	forgot    map[string]struct{}
-	lastPrune time.Time
+	// forgot holds what the worker knew of producers it dropped (the table
+	// was full and they had been silent for ForgetAfter), so their return is
+	// told apart from a first join. Bounded like the table.
+	forgot map[string]tombstone
 }
 
 type worker struct {
@@ -58,7 +66,7 @@ type worker struct {
 }
 
 func newWorker(cfg Config, group uint32, node string, inc uint64, started time.Time, d *Dispatcher, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
-	table := &workerTable{producers: map[string]*known{}, forgot: map[string]struct{}{}}
+	table := &workerTable{producers: map[string]*known{}, forgot: map[string]tombstone{}}
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
 		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, m: m, log: log}
@@ -132,7 +140,6 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
 		return w.refuse("registration", m.ProducerNode, err)
 	}
-	w.prune()
 	k := w.table.producers[m.ProducerNode]
 	if k != nil && m.ProducerIncarnation < k.incarnation {
 		return w.refuse("registration", m.ProducerNode, fmt.Errorf("producer incarnation %d is older than the one this node holds (%d): a stale request", m.ProducerIncarnation, k.incarnation))
@@ -141,23 +148,32 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		if m.WorkerIncarnation != w.inc {
 			return w.refuse("join", m.ProducerNode, fmt.Errorf("join computed for incarnation %d of this node, which is %d now", m.WorkerIncarnation, w.inc))
 		}
-		switch {
-		case k == nil && len(w.table.producers) >= maxProducers:
+		if k == nil && len(w.table.producers) >= maxProducers && !w.prune() {
 			return w.refuse("join", m.ProducerNode, fmt.Errorf("producer table full (%d producers)", maxProducers))
-		case k == nil:
-			k = &known{incarnation: m.ProducerIncarnation, expected: m.NextCursor}
-			w.table.producers[m.ProducerNode] = k
-			delete(w.table.forgot, m.ProducerNode)
-			if m.MissedWrites {
+		}
+		// What the worker knew of an older incarnation of this producer
+		// node: its entry, or its tombstone.
+		old, hadOld := tombstone{}, false
+		if k != nil && k.incarnation != m.ProducerIncarnation {
+			old, hadOld = tombstone{incarnation: k.incarnation, retired: k.retired}, true
+		} else if t, ok := w.table.forgot[m.ProducerNode]; ok && k == nil && t.incarnation != m.ProducerIncarnation {
+			old, hadOld = t, true
+		}
+		if k == nil || hadOld {
+			switch {
+			case m.MissedWrites:
 				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
-			}
-		case k.incarnation != m.ProducerIncarnation:
-			// Whatever the old incarnation wrote and did not deliver is gone,
-			// unless it retired: then nothing was left undelivered or untold.
-			if !k.retired {
+			case hadOld && !old.retired:
+				// Whatever the old incarnation wrote and did not deliver is
+				// gone, unless it retired: then nothing was left untold.
 				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
 			}
-			k.incarnation, k.expected, k.retired = m.ProducerIncarnation, m.NextCursor, false
+			if k == nil {
+				k = &known{}
+				w.table.producers[m.ProducerNode] = k
+			}
+			*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor}
+			delete(w.table.forgot, m.ProducerNode)
 		}
 		// else: this producer incarnation joined already (a retried or late
 		// join): keep the worker's own cursor.
@@ -168,8 +184,8 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 	if k != nil && k.incarnation == m.ProducerIncarnation {
 		k.seen = time.Now()
 		ack.Known, ack.NextCursor = true, k.expected
-	} else if _, ok := w.table.forgot[m.ProducerNode]; ok {
-		ack.Forgot = true
+	} else if t, ok := w.table.forgot[m.ProducerNode]; ok && t.incarnation == m.ProducerIncarnation {
+		ack.Forgot = true // this very incarnation was dropped: where it was is lost
 	}
 	return ack
 }
@@ -179,14 +195,11 @@ func (w *worker) refuse(what, node string, err error) *messages.RegisterAck {
 	return &messages.RegisterAck{Status: r.Status, WorkerNode: w.node, WorkerIncarnation: w.inc, Error: r.Error}
 }
 
-// prune drops producers not heard from for ForgetAfter (at most once a
-// second), remembering their names in a table of the same bound.
-func (w *worker) prune() {
-	now := time.Now()
-	if now.Sub(w.table.lastPrune) < time.Second {
-		return
-	}
-	w.table.lastPrune = now
+// prune makes room in a full table: it drops the producers not heard from
+// for ForgetAfter, keeping tombstones (bounded the same way), and reports
+// whether any went.
+func (w *worker) prune() bool {
+	now, dropped := time.Now(), false
 	for node, k := range w.table.producers {
 		if now.Sub(k.seen) < w.cfg.ForgetAfter {
 			continue
@@ -198,9 +211,11 @@ func (w *worker) prune() {
 			}
 			delete(w.table.forgot, f)
 		}
-		w.table.forgot[node] = struct{}{}
-		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("forgot producer not heard from")
+		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired}
+		dropped = true
+		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
 	}
+	return dropped
 }
 
 func (w *worker) batch(m *messages.Batch) *messages.BatchAck {

@@ -174,7 +174,7 @@ func (f *fuzzWorker) ops(data []byte) []struct {
 		version, name, group := uint32(messages.ProtocolVersion), f.cfg.Name, f.group
 		switch flags >> 5 {
 		case 1:
-			version = 2
+			version = messages.ProtocolVersion + 1
 		case 2:
 			name = "other"
 		case 3:
