@@ -433,3 +433,16 @@ func (e *Engine) finishClose(s *Session, closed *messages.SessionClosed, stopOwn
 	}
 	e.onClose(s)
 }
+
+// Notify sends msg (a pubsub notice: CursorExpired, BackPressure) to s's
+// owner, in order with its envelopes, unless s is closed. It reports
+// whether it was sent.
+func (e *Engine) Notify(s *Session, msg interface{}) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		return false
+	}
+	e.out.Send(s.owner, msg)
+	return true
+}
