@@ -185,7 +185,7 @@ type sessionRec struct {
 type rootSender struct{ system *actor.ActorSystem }
 
 func (r rootSender) Send(pid *actor.PID, msg interface{}) { r.system.Root.Send(pid, msg) }
-func (r rootSender) Stop(pid *actor.PID)                  { r.system.Root.Stop(pid) }
+func (r rootSender) Exit(pid *actor.PID)                  { r.system.Root.Poison(pid) }
 
 // startSessions spawns the parent of the session actors. Called by Start
 // once the tree answers.

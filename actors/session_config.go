@@ -14,7 +14,9 @@ const (
 	// *messages.SessionClosed, its reservations are released and later
 	// calls with its id fail with ErrUnknownSession.
 	Disconnect SlowConsumerAction = iota
-	// ExitOwner does what Disconnect does, then stops the owner actor.
+	// ExitOwner does what Disconnect does, then stops the owner actor: it
+	// is sent a PoisonPill, so it handles what its mailbox already holds,
+	// the SessionClosed notice last, and stops.
 	ExitOwner
 )
 

@@ -92,7 +92,10 @@ type Limits struct {
 // root context; tests pass a recorder.
 type Sender interface {
 	Send(pid *actor.PID, msg interface{})
-	Stop(pid *actor.PID)
+	// Exit stops pid once it has handled what is already in its mailbox
+	// (a PoisonPill), so an owner stopped by ExitOwner still reads its
+	// SessionClosed notice last.
+	Exit(pid *actor.PID)
 }
 
 // Engine holds the sessions of one pubsub on one node.
@@ -429,7 +432,7 @@ func (e *Engine) finishClose(s *Session, closed *messages.SessionClosed, stopOwn
 	ev.Str("owner", s.owner.String()).Str("reason", closed.Reason.String()).Uint64("released", closed.Released).
 		Bool("owner_stopped", stopOwner).Msg("session closed")
 	if stopOwner {
-		e.out.Stop(s.owner)
+		e.out.Exit(s.owner)
 	}
 	e.onClose(s)
 }

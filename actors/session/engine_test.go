@@ -27,7 +27,7 @@ func (r *recorder) Send(pid *actor.PID, msg interface{}) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) Stop(pid *actor.PID) {
+func (r *recorder) Exit(pid *actor.PID) {
 	r.mu.Lock()
 	r.stopped = append(r.stopped, pid.Id)
 	r.mu.Unlock()
@@ -341,7 +341,7 @@ func TestConcurrentDeliverAndAck(t *testing.T) {
 type nopSender struct{}
 
 func (nopSender) Send(*actor.PID, interface{}) {}
-func (nopSender) Stop(*actor.PID)              {}
+func (nopSender) Exit(*actor.PID)              {}
 
 // BenchmarkReserveAndAck is the cost of one durable reservation (delivery
 // id, table insert, global count) plus its ack, without the mailbox send.
