@@ -308,7 +308,8 @@ func (c *Checker) Behind(publisher string, lastSent uint64) int {
 	for _, s := range c.subs {
 		p := s.pubs[publisher]
 		if p == nil {
-			if !s.late && lastSent > 0 {
+			// As in Finish: a DROPPING notice covers a publisher never heard of.
+			if !s.late && lastSent > 0 && s.droppingAt == 0 {
 				n++
 			}
 			continue
