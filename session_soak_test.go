@@ -38,7 +38,7 @@ type soakSession struct {
 	nodes map[string]string // publisher -> node address
 
 	mu          sync.Mutex
-	outstanding []uint64 // delivered, not acked, in order
+	outstanding []uint64          // delivered, not acked, in order
 	keys        map[uint64]string // delivery id -> stamp, until acked
 	acked       map[string]bool
 	seen        map[string]bool

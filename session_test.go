@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/goleak"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
@@ -466,4 +467,42 @@ func TestSessionsOnEveryNode(t *testing.T) {
 			t.Fatalf("ids %v", got)
 		}
 	}
+}
+
+// Stop closes every session (owners told) and leaves none of the
+// sessions' goroutines or actors behind.
+func TestSessionStopLeavesNoGoroutines(t *testing.T) {
+	log := test.Logger(t, 0)
+	system, r := test.StartRemote(t, log)
+	defer func() { r.Shutdown(false); system.Shutdown() }()
+	before := goleak.IgnoreCurrent()
+	ps, err := echopubsub.Start(system, fastConfig(), echopubsub.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := &test.Node{System: system, PS: ps, Addr: system.Address()}
+	var owners []*owner
+	for i := 0; i < 3; i++ {
+		o := spawnOwner(t, nd, nil)
+		openSession(t, nd, o, []string{"t"})
+		owners = append(owners, o)
+	}
+	for i := uint64(1); i <= 20; i++ {
+		if err := ps.Broadcast(nil, "t", stamp(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range owners {
+		waitEnvelopes(t, o, 20)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ps.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range owners {
+		test.Eventually(t, 5*time.Second, func() bool { return countOf[*messages.SessionClosed](o) == 1 }, o.describe)
+		system.Root.Stop(o.PID)
+	}
+	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
 }
