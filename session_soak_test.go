@@ -212,16 +212,18 @@ func (s *soakSession) markAcked(ids []uint64) {
 // TestSessionSoakThreeNodes: three nodes, a publisher on each, sessions on
 // each node acking with random delays and one per node that never acks
 // (it reaches HardQueue and is disconnected); the node-wide reservation
-// table is small enough to fill now and then. It checks the session
-// guarantees above and, at the end, that every session still open got
-// every message, and that a closed one was told.
+// table is small enough to fill now and then; node 2 is cut off twice,
+// once shorter than the buffer covers (replayed on heal) and once longer
+// (its sessions are told CursorExpired). It checks the session guarantees
+// above and, at the end, that every session still open got every message
+// or was told, and that a closed one was told.
 func TestSessionSoakThreeNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak")
 	}
 	const perPublisher, burst = 5000, 20
 	cfg := fastConfig()
-	cfg.BufferSize = 4096
+	cfg.BufferSize = 1024
 	cfg.SoftQueue, cfg.HardQueue = 100, 500
 	// 3 sessions a node: the table fills now and then while a never-acker
 	// holds up to 500 and the ackers theirs.
@@ -274,6 +276,14 @@ func TestSessionSoakThreeNodes(t *testing.T) {
 				if err := nd.PS.Broadcast(nil, "soak", &testpb.Stamp{Publisher: fmt.Sprintf("p%d", i), Seq: seq}); err != nil {
 					t.Errorf("broadcast: %v", err)
 					return
+				}
+				if i == 0 {
+					switch seq { // p0 writes 500 (replayed), then 1500 (> BufferSize: expired) while node 2 is cut off
+					case 1000, 3000:
+						test.Partition(nodes, 2)
+					case 1500, 4500:
+						test.Heal(nodes)
+					}
 				}
 				if seq%burst == 0 { // load shape: bursts, and flow control
 					time.Sleep(time.Millisecond)
@@ -330,6 +340,9 @@ func TestSessionSoakThreeNodes(t *testing.T) {
 	}
 	if maxPending > cfg.HardQueue {
 		t.Errorf("Pending read %d, HardQueue is %d", maxPending, cfg.HardQueue)
+	}
+	if notices["CursorExpired"] == 0 {
+		t.Errorf("node 2 was cut off for more than the buffer holds, yet no session was told CursorExpired")
 	}
 	if closedByHardQueue != len(nodes) {
 		t.Errorf("%d never-acking sessions were disconnected, want 3", closedByHardQueue)
