@@ -33,6 +33,7 @@ type soakSession struct {
 	id    string
 	hard  int
 	never bool // never acks
+	hoard bool // acks all it holds only when told the table is full, or at half HardQueue
 	rng   *rand.Rand
 	check *test.Checker
 	nodes map[string]string // publisher -> node address
@@ -85,6 +86,10 @@ func (s *soakSession) receive(ctx actor.Context) {
 		}
 		s.notices[word(m)]++
 		s.observe(m)
+		if p, ok := m.(*messages.SessionPressure); ok && s.hoard &&
+			p.State == messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL {
+			s.ackAll()
+		}
 	}
 }
 
@@ -130,7 +135,10 @@ func (s *soakSession) envelope(env *echopubsub.Envelope) {
 	if len(s.outstanding) > s.hard {
 		s.fail("%d delivered and not acked, HardQueue is %d", len(s.outstanding), s.hard)
 	}
-	if s.never {
+	if s.hoard && len(s.outstanding) >= s.hard/2 {
+		s.ackAll()
+	}
+	if s.never || s.hoard {
 		return
 	}
 	// Ack with a random delay: sometimes not now, sometimes a random
@@ -162,12 +170,12 @@ func (s *soakSession) envelope(env *echopubsub.Envelope) {
 // SessionPressure: it holds the next burst while an acking session is above
 // soft (the ackers run on a shared, busy machine; without it a starved
 // acker could be disconnected, which is correct but not this test's point).
-// Never-ackers do not hold publishers.
+// Never-ackers and hoarders do not hold publishers.
 // It runs on a publisher goroutine, so it reports instead of failing.
 func waitAckers(sessions []*soakSession, soft int) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for _, s := range sessions {
-		for !s.never && s.ps.Pending(s.id) > soft {
+		for !s.never && !s.hoard && s.ps.Pending(s.id) > soft {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s still above SoftQueue after 20s: pending %d", s.name, s.ps.Pending(s.id))
 			}
@@ -198,6 +206,19 @@ func soakViolations(sessions []*soakSession) []string {
 	return out
 }
 
+// ackAll acks everything the session holds, in AckMany calls of 1000.
+func (s *soakSession) ackAll() {
+	for len(s.outstanding) > 0 {
+		n := min(len(s.outstanding), 1000)
+		batch := s.outstanding[:n]
+		if res, err := s.ps.AckMany(s.id, batch); err != nil || len(res.Unknown) > 0 {
+			s.ackFailed(fmt.Sprintf("AckMany: %+v, %v", res, err))
+		}
+		s.markAcked(batch)
+		s.outstanding = s.outstanding[n:]
+	}
+}
+
 // markAcked remembers the stamps of acked ids (the session remembers which
 // stamp each delivery id carried).
 func (s *soakSession) markAcked(ids []uint64) {
@@ -224,10 +245,13 @@ func TestSessionSoakThreeNodes(t *testing.T) {
 	const perPublisher, burst = 5000, 20
 	cfg := fastConfig()
 	cfg.BufferSize = 1024
-	cfg.SoftQueue, cfg.HardQueue = 100, 500
-	// 3 sessions a node: the table fills now and then while a never-acker
-	// holds up to 500 and the ackers theirs.
-	cfg.MaxDeliveryReservations = 560
+	// HardQueue is above what an acker can be handed at once: a replay
+	// after a cut (up to BufferSize from each of two producers) on top of
+	// what flow control lets through.
+	cfg.SoftQueue, cfg.HardQueue = 200, 3000
+	// 4 sessions a node: the table fills when the never-acker and the
+	// hoarder hold 3300 together; the hoarder then releases all it holds.
+	cfg.MaxDeliveryReservations = 3300
 	nodes := test.StartCluster(t, 3, cfg)
 	check := test.NewChecker()
 	pubNode := map[string]string{}
@@ -236,8 +260,8 @@ func TestSessionSoakThreeNodes(t *testing.T) {
 	}
 	var sessions []*soakSession
 	for i, nd := range nodes {
-		for j := 0; j < 3; j++ {
-			s := &soakSession{name: fmt.Sprintf("n%d/s%d", i, j), ps: nd.PS, hard: cfg.HardQueue, never: j == 2,
+		for j := 0; j < 4; j++ {
+			s := &soakSession{name: fmt.Sprintf("n%d/s%d", i, j), ps: nd.PS, hard: cfg.HardQueue, never: j == 2, hoard: j == 3,
 				rng: rand.New(rand.NewSource(int64(i*10 + j))), check: check, nodes: pubNode,
 				keys: map[uint64]string{}, acked: map[string]bool{}, seen: map[string]bool{}, notices: map[string]int{}}
 			check.AddSubscriber(s.name, false)
@@ -340,6 +364,9 @@ func TestSessionSoakThreeNodes(t *testing.T) {
 	}
 	if maxPending > cfg.HardQueue {
 		t.Errorf("Pending read %d, HardQueue is %d", maxPending, cfg.HardQueue)
+	}
+	if notices["SESSION_PRESSURE_STATE_RESERVATIONS_FULL"] < len(nodes) {
+		t.Errorf("every node's table fills (never-acker + hoarder), yet %d RESERVATIONS_FULL notices", notices["SESSION_PRESSURE_STATE_RESERVATIONS_FULL"])
 	}
 	if notices["CursorExpired"] == 0 {
 		t.Errorf("node 2 was cut off for more than the buffer holds, yet no session was told CursorExpired")
