@@ -506,3 +506,43 @@ func TestSessionStopLeavesNoGoroutines(t *testing.T) {
 	}
 	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
 }
+
+// A session's forwarding actor is a subscriber like any other: when its
+// queue reaches MaxQueueLen the dispatcher drops for it and the session's
+// owner gets the BackPressure notices, before the gap they explain.
+func TestSessionBackPressureReachesOwner(t *testing.T) {
+	cfg := fastConfig()
+	cfg.MaxQueueLen = 1
+	cfg.BufferSize = 1000
+	nodes := test.StartCluster(t, 2, cfg)
+	o := spawnOwner(t, nodes[1], nil)
+	openSession(t, nodes[1], o, []string{"match"})
+	test.Partition(nodes, 1)
+	for i := uint64(1); i <= 300; i++ { // held for node 1, then handed over in a tight loop
+		nodes[0].Broadcast(t, "match", stamp(i))
+	}
+	test.Heal(nodes)
+	test.Eventually(t, 10*time.Second, func() bool { return countOf[*messages.BackPressure](o) > 0 }, o.describe)
+	test.Eventually(t, 10*time.Second, func() bool { return nodes[0].NodeStats(t, nodes[1].Addr).Lag == 0 },
+		test.Sprintf("node 1 took the held batch"))
+	nodes[0].Broadcast(t, "match", stamp(301)) // after the batch: delivery resumes
+	test.Eventually(t, 10*time.Second, func() bool { s := o.seqs(); return len(s) > 0 && s[len(s)-1] == 301 }, o.describe)
+	if n := countOf[*messages.BackPressure](o); n < 2 {
+		t.Fatalf("want DROPPING and RESUMED, owner got %s", o.describe())
+	}
+	// Every jump in the stamps comes after a DROPPING notice.
+	var last uint64
+	dropping := false
+	for _, m := range o.all() {
+		switch m := m.(type) {
+		case *messages.BackPressure:
+			dropping = dropping || m.State == messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING
+		case *echopubsub.Envelope:
+			seq := m.Event.(*testpb.Stamp).Seq
+			if seq != last+1 && !dropping {
+				t.Fatalf("silent gap: %d after %d: %s", seq, last, o.describe())
+			}
+			last, dropping = seq, false
+		}
+	}
+}
