@@ -112,6 +112,10 @@ type Envelope struct {
 	// cannot decode arrives as a *messages.Undecodable.
 	Event proto.Message
 	// Payload is set for Encoded and Both: the message's protobuf bytes.
+	// For a request or a reply they are the bytes the sender encoded; for
+	// a broadcast the session re-encodes the message this node decoded
+	// (the same message, not necessarily the same bytes), as the node's
+	// delivery path does not keep the wire bytes.
 	Payload []byte
 	// PayloadType is the message's full protobuf name.
 	PayloadType string

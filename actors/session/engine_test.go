@@ -383,3 +383,24 @@ func BenchmarkAck(b *testing.B) {
 		next++
 	}
 }
+
+// The ack path does not allocate (nor does a reservation, once the
+// session's table has grown).
+func TestAckDoesNotAllocate(t *testing.T) {
+	e := New(Limits{SoftQueue: 500, HardQueue: 2000, MaxReservations: 1 << 20, MaxBatchItems: 1000}, "n", nopSender{}, zerolog.Nop(), nil)
+	s, _ := e.Open("a", actor.NewPID("local", "o"), nil)
+	var last uint64
+	build := func(id uint64) interface{} { last = id; return nil }
+	for i := 0; i < 100; i++ { // grow the table once
+		e.Deliver(s, true, build)
+	}
+	for i := uint64(1); i <= 100; i++ {
+		mustAck(t, e, "a", i)
+	}
+	if n := testing.AllocsPerRun(1000, func() { e.Deliver(s, true, build); _, _ = e.Ack("a", last) }); n != 0 {
+		t.Fatalf("a reservation and its ack allocate %v times", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { _, _ = e.Ack("a", 1) }); n != 0 {
+		t.Fatalf("an ack of an unknown delivery allocates %v times", n)
+	}
+}
