@@ -277,7 +277,7 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 }
 
 func (ps *PubSub) spawnSessionActor(s *session.Session, rec *sessionRec) (*actor.PID, error) {
-	a := &sessionActor{ps: ps, s: s, rec: rec, seen: map[stream]position{}}
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + s.ID(), seen: map[stream]position{}}
 	props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithMailbox(SubscriberMailbox()),
 		supervision.IgnorePoisonPill())
 	res, err := ps.rt.System.Root.RequestFuture(ps.sess.manager, &spawnSession{props: props}, ps.rt.Cfg.CallTimeout).Result()

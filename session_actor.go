@@ -34,6 +34,8 @@ type sessionActor struct {
 	ps  *PubSub
 	s   *session.Session
 	rec *sessionRec
+	// inbox is the session's request and reply topic.
+	inbox string
 	// seen is the last cursor delivered per producer stream: a redelivery
 	// of the stream (at-least-once below) is not delivered to the session
 	// a second time, as a new delivery id the owner would process again.
@@ -73,7 +75,7 @@ func (a *sessionActor) deliver(d *messages.Delivery) {
 		a.seen[k] = position{d.Incarnation, d.Cursor}
 	}
 	env := &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
-	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == SessionInboxPrefix+a.s.ID() {
+	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
 		if !a.fromInbox(env, sm) {
 			return
 		}
