@@ -18,6 +18,8 @@ import (
 // handles it. One op is one broadcast; deliveries/s counts envelopes
 // delivered and acknowledged across all sessions. The queues are set high
 // so that nothing is refused: this measures the path, not the limits.
+// BenchmarkPlainSubscriberBaseline is the same load into one plain
+// subscriber, for comparison.
 func BenchmarkSessionDeliveriesWithAcks(b *testing.B) {
 	for _, sessions := range []int{1, 8} {
 		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
@@ -59,4 +61,26 @@ func BenchmarkSessionDeliveriesWithAcks(b *testing.B) {
 			b.ReportMetric(float64(want)/b.Elapsed().Seconds(), "deliveries/s")
 		})
 	}
+}
+
+func BenchmarkPlainSubscriberBaseline(b *testing.B) {
+	cfg := echopubsub.DefaultConfig("bench")
+	cfg.BatchInterval = 0
+	cfg.BufferSize = max(2*b.N, 1000)
+	cfg.MaxPendingWrites = 100_000
+	nd := test.StartCluster(b, 1, cfg)[0]
+	c := test.SpawnCounter(nd.System)
+	if err := nd.PS.Subscribe(c.PID, "bench", echopubsub.WithMaxQueueLen(1<<30)); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := nd.PS.Broadcast(nil, "bench", &testpb.Stamp{Seq: uint64(i), Pad: []byte("0123456789")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	test.Eventually(b, time.Minute, func() bool { return c.Count() >= int64(b.N) }, c.Describe)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deliveries/s")
 }
