@@ -83,3 +83,58 @@ func Example_sessions() {
 	// again: true
 	// SESSION_CLOSE_REASON_CLOSED
 }
+
+// Request and reply are durable deliveries with a context: the callee reads
+// who asked with RequestContextOf and answers with Reply; both sides ack as
+// usual. The sessions may live on different nodes.
+func ExamplePubSub_RequestSession() {
+	log := zerolog.Nop()
+	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
+	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
+	r.Start()
+	defer system.Shutdown()
+	defer r.Shutdown(false)
+	ps, err := echopubsub.Start(system, echopubsub.DefaultConfig("rpc"), echopubsub.WithLogger(log))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = ps.Stop(context.Background()) }()
+
+	// The callee answers every request, then acks it.
+	callee := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if env, ok := ctx.Message().(*echopubsub.Envelope); ok {
+			if rc, ok := echopubsub.RequestContextOf(env); ok && !rc.Reply {
+				name := env.Event.(*wrapperspb.StringValue).Value
+				_ = ps.Reply(rc.From, env, wrapperspb.String("hello, "+name))
+				_, _ = ps.Ack(env.SessionID, env.DeliveryID)
+			}
+		}
+	}))
+	replies := make(chan *echopubsub.Envelope, 1)
+	caller := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if env, ok := ctx.Message().(*echopubsub.Envelope); ok {
+			replies <- env
+		}
+	}))
+	calleeSess, _ := ps.OpenSession(callee)
+	callerSess, _ := ps.OpenSession(caller)
+
+	id, err := ps.RequestSession(callerSess.ID(), calleeSess.ID(), wrapperspb.String("ada"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	select {
+	case env := <-replies:
+		rc, _ := echopubsub.RequestContextOf(env)
+		fmt.Println(env.Event.(*wrapperspb.StringValue).Value, rc.Reply, rc.RequestID == id, rc.From == calleeSess.ID())
+		pending, _ := ps.Ack(env.SessionID, env.DeliveryID)
+		fmt.Println("pending:", pending)
+	case <-time.After(5 * time.Second):
+		fmt.Println("timeout")
+	}
+	// Output:
+	// hello, ada true true true
+	// pending: 0
+}
