@@ -208,13 +208,17 @@ func (ps *PubSub) startSessions() error {
 			}
 		})
 	mgr, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &sessionManager{} },
-		supervision.IgnorePoisonPill()), actors.RootName(cfg.Name)+"-sessions")
+		supervision.IgnorePoisonPill()), sessionManagerName(cfg.Name))
 	if err != nil {
 		return err
 	}
 	ps.sess = &sessions{engine: eng, manager: mgr}
 	return nil
 }
+
+// sessionManagerName is outside the tree's "echopubsub/<name>" space, so no
+// pubsub's name can collide with it.
+func sessionManagerName(pubsub string) string { return "echopubsub-sessions/" + pubsub }
 
 // stopSessions tells every owner its session closed, then stops the
 // session actors. Called by Stop.
