@@ -546,3 +546,18 @@ func TestSessionBackPressureReachesOwner(t *testing.T) {
 		}
 	}
 }
+
+// Two pubsubs on one actor system, one named after the other's sessions,
+// both start.
+func TestSessionManagerNameDoesNotCollide(t *testing.T) {
+	log := test.Logger(t, 0)
+	system, r := test.StartRemote(t, log)
+	defer func() { r.Shutdown(false); system.Shutdown() }()
+	for _, name := range []string{"a", "a-sessions", "echopubsub-sessions"} {
+		ps, err := echopubsub.Start(system, echopubsub.DefaultConfig(name), echopubsub.WithLogger(log))
+		if err != nil {
+			t.Fatalf("start %q: %v", name, err)
+		}
+		defer func() { _ = ps.Stop(context.Background()) }()
+	}
+}
