@@ -18,8 +18,12 @@ type sentRecorder struct {
 	sent []interface{}
 }
 
-func (r *sentRecorder) Send(_ *actor.PID, msg interface{}) { r.mu.Lock(); r.sent = append(r.sent, msg); r.mu.Unlock() }
-func (r *sentRecorder) Exit(*actor.PID)                    {}
+func (r *sentRecorder) Send(_ *actor.PID, msg interface{}) {
+	r.mu.Lock()
+	r.sent = append(r.sent, msg)
+	r.mu.Unlock()
+}
+func (r *sentRecorder) Exit(*actor.PID) {}
 
 // The session actor hands a stream's redelivery (a cursor it already
 // delivered, same producer incarnation) to nobody: the owner would take it
@@ -42,8 +46,8 @@ func TestSessionActorSkipsStreamRedeliveries(t *testing.T) {
 	for _, m := range []*messages.Delivery{
 		d("p", 1, 0, false, "a"), d("p", 1, 1, false, "b"),
 		d("p", 1, 1, false, "dup"), d("p", 1, 0, false, "dup"), // redeliveries
-		d("q", 1, 0, false, "c"),                                // another producer
-		d("p", 2, 0, false, "d"),                                // p restarted
+		d("q", 1, 0, false, "c"), // another producer
+		d("p", 2, 0, false, "d"), // p restarted
 		d("p", 2, 0, false, "dup"),
 		d("n", 0, 0, true, "e"), d("n", 0, 0, true, "f"), // LocalBroadcast
 	} {
