@@ -67,6 +67,25 @@
 // so their queue can be measured; a subscriber that cannot be measured must
 // opt in with WithUnboundedQueue.
 //
+// # Sessions
+//
+// An acknowledged session (OpenSession) extends the guarantee to the
+// application: each durable delivery to the session's owner takes a
+// reservation {session, delivery id}, inserted before the *Envelope enters
+// the owner's mailbox, and holds it until the application acks it (Ack,
+// AckMany, AckFirst, or the consume helpers, which ack only what a handler
+// committed). The pending count is the library's own counter. Above
+// Config.SoftQueue the owner gets a *messages.SessionPressure (once per
+// transition); a delivery that would exceed Config.HardQueue is rolled back
+// and Config.SlowConsumerAction closes the session (*messages.SessionClosed)
+// or also stops the owner; a full node-wide table
+// (Config.MaxDeliveryReservations) refuses deliveries and says so. A
+// session also receives CursorExpired and BackPressure like any subscriber,
+// so for a session the guarantee reads: every message in order, or told.
+// Requests and replies (RequestSession, Reply) are durable deliveries with
+// a context, carried by the stream itself to the node named in the session
+// id. The engine is package actors/session.
+//
 // # Design answers
 //
 //   - Broadcast encodes the message once, in the caller, and returns when the

@@ -118,6 +118,7 @@ type PubSub struct {
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
+	sess       *sessions // acknowledged sessions (session.go)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -171,10 +172,17 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: tree did not come up: %w", cfg.Name, err)
 	}
+	if err := ps.startSessions(); err != nil {
+		rt.Close()
+		pubsubs.remove(rt)
+		_ = system.Root.StopFuture(root).Wait()
+		return nil, fmt.Errorf("echopubsub: start %q: sessions: %w", cfg.Name, err)
+	}
 	self := cluster.Member{Address: addr, Name: addr, Incarnation: rt.Incarnation}
 	if err := o.membership.Start(cluster.Env{System: system, Self: self, Service: cfg.Name, Owner: root, Log: rt.Log}); err != nil {
 		rt.Close()
 		pubsubs.remove(rt)
+		_ = system.Root.StopFuture(ps.sess.manager).Wait()
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
 	}
@@ -444,6 +452,9 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		var errs []error
 		if err := ps.membership.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("membership: %w", err))
+		}
+		if err := ps.stopSessions(); err != nil {
+			errs = append(errs, fmt.Errorf("stop sessions: %w", err))
 		}
 		done := make(chan error, 1)
 		f := ps.rt.System.Root.StopFuture(ps.root)

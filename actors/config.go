@@ -68,6 +68,8 @@ type Config struct {
 	// (either side's cursor is enough); when both sides forgot, where the
 	// node was is unknown and it is told CursorExpired. Defaults to 5m.
 	ForgetAfter time.Duration
+	// SessionConfig: acknowledged sessions (see session_config.go).
+	SessionConfig
 }
 
 // MaxBatchBytesLimit is the largest MaxBatchBytes: half of the 64 MiB gRPC
@@ -99,6 +101,7 @@ func DefaultConfig(name string) Config {
 		MaxPendingWrites:         10_000,
 		MaxQueueLen:              10_000,
 		ForgetAfter:              5 * time.Minute,
+		SessionConfig:            DefaultSessionConfig(),
 	}
 }
 
@@ -157,5 +160,5 @@ func (c Config) Validate() error {
 	if !(c.CapacityWarningThreshold > 0 && c.CapacityWarningThreshold <= 1) {
 		return fmt.Errorf("echopubsub: config CapacityWarningThreshold must be in (0, 1], got %v", c.CapacityWarningThreshold)
 	}
-	return nil
+	return c.SessionConfig.validate()
 }

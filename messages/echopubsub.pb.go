@@ -191,6 +191,178 @@ func (BackPressureState) EnumDescriptor() ([]byte, []int) {
 	return file_echopubsub_proto_rawDescGZIP(), []int{2}
 }
 
+type SessionPressureState int32
+
+const (
+	SessionPressureState_SESSION_PRESSURE_STATE_UNSPECIFIED SessionPressureState = 0
+	// The session's pending count rose above Config.SoftQueue. Deliveries
+	// continue; the owner should catch up (ack) before HardQueue is reached.
+	SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED SessionPressureState = 1
+	// The pending count is back at or below Config.SoftQueue.
+	SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED SessionPressureState = 2
+	// The node-wide reservation table is full (Config.MaxDeliveryReservations):
+	// durable deliveries to this session are refused, so lost for it, from
+	// this notice until RESERVATIONS_RESUMED. Never silent.
+	SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL SessionPressureState = 3
+	// Durable deliveries to this session are accepted again; `refused` says
+	// how many were refused since RESERVATIONS_FULL.
+	SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED SessionPressureState = 4
+)
+
+// Enum value maps for SessionPressureState.
+var (
+	SessionPressureState_name = map[int32]string{
+		0: "SESSION_PRESSURE_STATE_UNSPECIFIED",
+		1: "SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED",
+		2: "SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED",
+		3: "SESSION_PRESSURE_STATE_RESERVATIONS_FULL",
+		4: "SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED",
+	}
+	SessionPressureState_value = map[string]int32{
+		"SESSION_PRESSURE_STATE_UNSPECIFIED":          0,
+		"SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED":  1,
+		"SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED":  2,
+		"SESSION_PRESSURE_STATE_RESERVATIONS_FULL":    3,
+		"SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED": 4,
+	}
+)
+
+func (x SessionPressureState) Enum() *SessionPressureState {
+	p := new(SessionPressureState)
+	*p = x
+	return p
+}
+
+func (x SessionPressureState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SessionPressureState) Descriptor() protoreflect.EnumDescriptor {
+	return file_echopubsub_proto_enumTypes[3].Descriptor()
+}
+
+func (SessionPressureState) Type() protoreflect.EnumType {
+	return &file_echopubsub_proto_enumTypes[3]
+}
+
+func (x SessionPressureState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SessionPressureState.Descriptor instead.
+func (SessionPressureState) EnumDescriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{3}
+}
+
+type SessionCloseReason int32
+
+const (
+	SessionCloseReason_SESSION_CLOSE_REASON_UNSPECIFIED SessionCloseReason = 0
+	// CloseSession was called.
+	SessionCloseReason_SESSION_CLOSE_REASON_CLOSED SessionCloseReason = 1
+	// A durable delivery found the pending count at Config.HardQueue: the
+	// slow-consumer action (Disconnect or ExitOwner) applied.
+	SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE SessionCloseReason = 2
+	// The owner actor stopped (no notice is sent: nobody to tell).
+	SessionCloseReason_SESSION_CLOSE_REASON_OWNER_STOPPED SessionCloseReason = 3
+	// The pubsub was stopped.
+	SessionCloseReason_SESSION_CLOSE_REASON_PUBSUB_STOPPED SessionCloseReason = 4
+)
+
+// Enum value maps for SessionCloseReason.
+var (
+	SessionCloseReason_name = map[int32]string{
+		0: "SESSION_CLOSE_REASON_UNSPECIFIED",
+		1: "SESSION_CLOSE_REASON_CLOSED",
+		2: "SESSION_CLOSE_REASON_HARD_QUEUE",
+		3: "SESSION_CLOSE_REASON_OWNER_STOPPED",
+		4: "SESSION_CLOSE_REASON_PUBSUB_STOPPED",
+	}
+	SessionCloseReason_value = map[string]int32{
+		"SESSION_CLOSE_REASON_UNSPECIFIED":    0,
+		"SESSION_CLOSE_REASON_CLOSED":         1,
+		"SESSION_CLOSE_REASON_HARD_QUEUE":     2,
+		"SESSION_CLOSE_REASON_OWNER_STOPPED":  3,
+		"SESSION_CLOSE_REASON_PUBSUB_STOPPED": 4,
+	}
+)
+
+func (x SessionCloseReason) Enum() *SessionCloseReason {
+	p := new(SessionCloseReason)
+	*p = x
+	return p
+}
+
+func (x SessionCloseReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SessionCloseReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_echopubsub_proto_enumTypes[4].Descriptor()
+}
+
+func (SessionCloseReason) Type() protoreflect.EnumType {
+	return &file_echopubsub_proto_enumTypes[4]
+}
+
+func (x SessionCloseReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SessionCloseReason.Descriptor instead.
+func (SessionCloseReason) EnumDescriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{4}
+}
+
+type SessionMessageKind int32
+
+const (
+	SessionMessageKind_SESSION_MESSAGE_KIND_UNSPECIFIED SessionMessageKind = 0
+	SessionMessageKind_SESSION_MESSAGE_KIND_REQUEST     SessionMessageKind = 1
+	SessionMessageKind_SESSION_MESSAGE_KIND_REPLY       SessionMessageKind = 2
+)
+
+// Enum value maps for SessionMessageKind.
+var (
+	SessionMessageKind_name = map[int32]string{
+		0: "SESSION_MESSAGE_KIND_UNSPECIFIED",
+		1: "SESSION_MESSAGE_KIND_REQUEST",
+		2: "SESSION_MESSAGE_KIND_REPLY",
+	}
+	SessionMessageKind_value = map[string]int32{
+		"SESSION_MESSAGE_KIND_UNSPECIFIED": 0,
+		"SESSION_MESSAGE_KIND_REQUEST":     1,
+		"SESSION_MESSAGE_KIND_REPLY":       2,
+	}
+)
+
+func (x SessionMessageKind) Enum() *SessionMessageKind {
+	p := new(SessionMessageKind)
+	*p = x
+	return p
+}
+
+func (x SessionMessageKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SessionMessageKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_echopubsub_proto_enumTypes[5].Descriptor()
+}
+
+func (SessionMessageKind) Type() protoreflect.EnumType {
+	return &file_echopubsub_proto_enumTypes[5]
+}
+
+func (x SessionMessageKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SessionMessageKind.Descriptor instead.
+func (SessionMessageKind) EnumDescriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{5}
+}
+
 // Entry is one buffered broadcast, as a value (Batch carries entries
 // column-wise; Batch.AddEntry and Batch.Entry convert). Its payload is
 // encoded once, by the publisher, and the same bytes go to every node.
@@ -1341,6 +1513,313 @@ func (x *Retire) GetFinalCursor() uint64 {
 	return 0
 }
 
+// SessionPressure is the notice a session's owner receives once per
+// transition of its soft queue or of the node-wide reservation table. It is
+// sent in order with the session's envelopes.
+type SessionPressure struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	State     SessionPressureState   `protobuf:"varint,1,opt,name=state,proto3,enum=echopubsub.v1.SessionPressureState" json:"state,omitempty"`
+	Severity  Severity               `protobuf:"varint,2,opt,name=severity,proto3,enum=echopubsub.v1.Severity" json:"severity,omitempty"`
+	SessionId string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session's pending (unacknowledged) deliveries after the transition.
+	Pending   uint64 `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	SoftQueue uint32 `protobuf:"varint,5,opt,name=soft_queue,json=softQueue,proto3" json:"soft_queue,omitempty"`
+	HardQueue uint32 `protobuf:"varint,6,opt,name=hard_queue,json=hardQueue,proto3" json:"hard_queue,omitempty"`
+	// Node-wide reservations held, and the limit.
+	Reservations    uint64 `protobuf:"varint,7,opt,name=reservations,proto3" json:"reservations,omitempty"`
+	MaxReservations uint64 `protobuf:"varint,8,opt,name=max_reservations,json=maxReservations,proto3" json:"max_reservations,omitempty"`
+	// RESERVATIONS_RESUMED: durable deliveries refused while the table was full.
+	Refused       uint64 `protobuf:"varint,9,opt,name=refused,proto3" json:"refused,omitempty"`
+	Node          string `protobuf:"bytes,10,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionPressure) Reset() {
+	*x = SessionPressure{}
+	mi := &file_echopubsub_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionPressure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionPressure) ProtoMessage() {}
+
+func (x *SessionPressure) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionPressure.ProtoReflect.Descriptor instead.
+func (*SessionPressure) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SessionPressure) GetState() SessionPressureState {
+	if x != nil {
+		return x.State
+	}
+	return SessionPressureState_SESSION_PRESSURE_STATE_UNSPECIFIED
+}
+
+func (x *SessionPressure) GetSeverity() Severity {
+	if x != nil {
+		return x.Severity
+	}
+	return Severity_SEVERITY_UNSPECIFIED
+}
+
+func (x *SessionPressure) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionPressure) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *SessionPressure) GetSoftQueue() uint32 {
+	if x != nil {
+		return x.SoftQueue
+	}
+	return 0
+}
+
+func (x *SessionPressure) GetHardQueue() uint32 {
+	if x != nil {
+		return x.HardQueue
+	}
+	return 0
+}
+
+func (x *SessionPressure) GetReservations() uint64 {
+	if x != nil {
+		return x.Reservations
+	}
+	return 0
+}
+
+func (x *SessionPressure) GetMaxReservations() uint64 {
+	if x != nil {
+		return x.MaxReservations
+	}
+	return 0
+}
+
+func (x *SessionPressure) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *SessionPressure) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// SessionClosed tells a session's owner that its session is gone: its
+// reservations are released and later calls with its id fail with
+// ErrUnknownSession. Nothing is delivered to the session after it.
+type SessionClosed struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Reason    SessionCloseReason     `protobuf:"varint,2,opt,name=reason,proto3,enum=echopubsub.v1.SessionCloseReason" json:"reason,omitempty"`
+	// Unacknowledged deliveries released by the close.
+	Released uint64 `protobuf:"varint,3,opt,name=released,proto3" json:"released,omitempty"`
+	// HARD_QUEUE: the slow-consumer action was ExitOwner (the owner is stopped).
+	OwnerStopped  bool   `protobuf:"varint,4,opt,name=owner_stopped,json=ownerStopped,proto3" json:"owner_stopped,omitempty"`
+	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	Node          string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionClosed) Reset() {
+	*x = SessionClosed{}
+	mi := &file_echopubsub_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionClosed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionClosed) ProtoMessage() {}
+
+func (x *SessionClosed) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
+func (*SessionClosed) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SessionClosed) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionClosed) GetReason() SessionCloseReason {
+	if x != nil {
+		return x.Reason
+	}
+	return SessionCloseReason_SESSION_CLOSE_REASON_UNSPECIFIED
+}
+
+func (x *SessionClosed) GetReleased() uint64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+func (x *SessionClosed) GetOwnerStopped() bool {
+	if x != nil {
+		return x.OwnerStopped
+	}
+	return false
+}
+
+func (x *SessionClosed) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *SessionClosed) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// SessionMessage is a request or a reply to one session. It travels as an
+// ordinary entry (a DirectBroadcast to the node in the session id, on the
+// session's inbox topic), so it has the stream's guarantee, and becomes a
+// durable delivery with a context on arrival: no side channel.
+type SessionMessage struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	ToSession       string                 `protobuf:"bytes,2,opt,name=to_session,json=toSession,proto3" json:"to_session,omitempty"`
+	FromSession     string                 `protobuf:"bytes,3,opt,name=from_session,json=fromSession,proto3" json:"from_session,omitempty"`
+	RequestId       uint64                 `protobuf:"varint,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Kind            SessionMessageKind     `protobuf:"varint,5,opt,name=kind,proto3,enum=echopubsub.v1.SessionMessageKind" json:"kind,omitempty"`
+	Context         map[string]string      `protobuf:"bytes,6,rep,name=context,proto3" json:"context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Message         *anypb.Any             `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SessionMessage) Reset() {
+	*x = SessionMessage{}
+	mi := &file_echopubsub_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionMessage) ProtoMessage() {}
+
+func (x *SessionMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionMessage.ProtoReflect.Descriptor instead.
+func (*SessionMessage) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SessionMessage) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *SessionMessage) GetToSession() string {
+	if x != nil {
+		return x.ToSession
+	}
+	return ""
+}
+
+func (x *SessionMessage) GetFromSession() string {
+	if x != nil {
+		return x.FromSession
+	}
+	return ""
+}
+
+func (x *SessionMessage) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *SessionMessage) GetKind() SessionMessageKind {
+	if x != nil {
+		return x.Kind
+	}
+	return SessionMessageKind_SESSION_MESSAGE_KIND_UNSPECIFIED
+}
+
+func (x *SessionMessage) GetContext() map[string]string {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *SessionMessage) GetMessage() *anypb.Any {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
 var File_echopubsub_proto protoreflect.FileDescriptor
 
 const file_echopubsub_proto_rawDesc = "" +
@@ -1449,7 +1928,43 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\rproducer_node\x18\x03 \x01(\tR\fproducerNode\x121\n" +
 	"\x14producer_incarnation\x18\x04 \x01(\x04R\x13producerIncarnation\x12\x14\n" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12!\n" +
-	"\ffinal_cursor\x18\x06 \x01(\x04R\vfinalCursor*\x91\x01\n" +
+	"\ffinal_cursor\x18\x06 \x01(\x04R\vfinalCursor\"\xf5\x02\n" +
+	"\x0fSessionPressure\x129\n" +
+	"\x05state\x18\x01 \x01(\x0e2#.echopubsub.v1.SessionPressureStateR\x05state\x123\n" +
+	"\bseverity\x18\x02 \x01(\x0e2\x17.echopubsub.v1.SeverityR\bseverity\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x18\n" +
+	"\apending\x18\x04 \x01(\x04R\apending\x12\x1d\n" +
+	"\n" +
+	"soft_queue\x18\x05 \x01(\rR\tsoftQueue\x12\x1d\n" +
+	"\n" +
+	"hard_queue\x18\x06 \x01(\rR\thardQueue\x12\"\n" +
+	"\freservations\x18\a \x01(\x04R\freservations\x12)\n" +
+	"\x10max_reservations\x18\b \x01(\x04R\x0fmaxReservations\x12\x18\n" +
+	"\arefused\x18\t \x01(\x04R\arefused\x12\x12\n" +
+	"\x04node\x18\n" +
+	" \x01(\tR\x04node\"\xd6\x01\n" +
+	"\rSessionClosed\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x129\n" +
+	"\x06reason\x18\x02 \x01(\x0e2!.echopubsub.v1.SessionCloseReasonR\x06reason\x12\x1a\n" +
+	"\breleased\x18\x03 \x01(\x04R\breleased\x12#\n" +
+	"\rowner_stopped\x18\x04 \x01(\bR\fownerStopped\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\"\x85\x03\n" +
+	"\x0eSessionMessage\x12)\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1d\n" +
+	"\n" +
+	"to_session\x18\x02 \x01(\tR\ttoSession\x12!\n" +
+	"\ffrom_session\x18\x03 \x01(\tR\vfromSession\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\x04R\trequestId\x125\n" +
+	"\x04kind\x18\x05 \x01(\x0e2!.echopubsub.v1.SessionMessageKindR\x04kind\x12D\n" +
+	"\acontext\x18\x06 \x03(\v2*.echopubsub.v1.SessionMessage.ContextEntryR\acontext\x12.\n" +
+	"\amessage\x18\a \x01(\v2\x14.google.protobuf.AnyR\amessage\x1a:\n" +
+	"\fContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x91\x01\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -1463,7 +1978,23 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x11BackPressureState\x12#\n" +
 	"\x1fBACK_PRESSURE_STATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cBACK_PRESSURE_STATE_DROPPING\x10\x01\x12\x1f\n" +
-	"\x1bBACK_PRESSURE_STATE_RESUMED\x10\x02B+Z)github.com/echopubsub/echopubsub/messagesb\x06proto3"
+	"\x1bBACK_PRESSURE_STATE_RESUMED\x10\x02*\xfd\x01\n" +
+	"\x14SessionPressureState\x12&\n" +
+	"\"SESSION_PRESSURE_STATE_UNSPECIFIED\x10\x00\x12.\n" +
+	"*SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED\x10\x01\x12.\n" +
+	"*SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED\x10\x02\x12,\n" +
+	"(SESSION_PRESSURE_STATE_RESERVATIONS_FULL\x10\x03\x12/\n" +
+	"+SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED\x10\x04*\xd1\x01\n" +
+	"\x12SessionCloseReason\x12$\n" +
+	" SESSION_CLOSE_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bSESSION_CLOSE_REASON_CLOSED\x10\x01\x12#\n" +
+	"\x1fSESSION_CLOSE_REASON_HARD_QUEUE\x10\x02\x12&\n" +
+	"\"SESSION_CLOSE_REASON_OWNER_STOPPED\x10\x03\x12'\n" +
+	"#SESSION_CLOSE_REASON_PUBSUB_STOPPED\x10\x04*|\n" +
+	"\x12SessionMessageKind\x12$\n" +
+	" SESSION_MESSAGE_KIND_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cSESSION_MESSAGE_KIND_REQUEST\x10\x01\x12\x1e\n" +
+	"\x1aSESSION_MESSAGE_KIND_REPLY\x10\x02B+Z)github.com/echopubsub/echopubsub/messagesb\x06proto3"
 
 var (
 	file_echopubsub_proto_rawDescOnce sync.Once
@@ -1477,39 +2008,52 @@ func file_echopubsub_proto_rawDescGZIP() []byte {
 	return file_echopubsub_proto_rawDescData
 }
 
-var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_echopubsub_proto_goTypes = []any{
-	(AckStatus)(0),          // 0: echopubsub.v1.AckStatus
-	(Severity)(0),           // 1: echopubsub.v1.Severity
-	(BackPressureState)(0),  // 2: echopubsub.v1.BackPressureState
-	(*Entry)(nil),           // 3: echopubsub.v1.Entry
-	(*Batch)(nil),           // 4: echopubsub.v1.Batch
-	(*EntryOption)(nil),     // 5: echopubsub.v1.EntryOption
-	(*Register)(nil),        // 6: echopubsub.v1.Register
-	(*Expire)(nil),          // 7: echopubsub.v1.Expire
-	(*BatchAck)(nil),        // 8: echopubsub.v1.BatchAck
-	(*RegisterAck)(nil),     // 9: echopubsub.v1.RegisterAck
-	(*CursorExpired)(nil),   // 10: echopubsub.v1.CursorExpired
-	(*Broadcast)(nil),       // 11: echopubsub.v1.Broadcast
-	(*BroadcastResult)(nil), // 12: echopubsub.v1.BroadcastResult
-	(*BackPressure)(nil),    // 13: echopubsub.v1.BackPressure
-	(*Undecodable)(nil),     // 14: echopubsub.v1.Undecodable
-	(*Retire)(nil),          // 15: echopubsub.v1.Retire
-	(*anypb.Any)(nil),       // 16: google.protobuf.Any
+	(AckStatus)(0),            // 0: echopubsub.v1.AckStatus
+	(Severity)(0),             // 1: echopubsub.v1.Severity
+	(BackPressureState)(0),    // 2: echopubsub.v1.BackPressureState
+	(SessionPressureState)(0), // 3: echopubsub.v1.SessionPressureState
+	(SessionCloseReason)(0),   // 4: echopubsub.v1.SessionCloseReason
+	(SessionMessageKind)(0),   // 5: echopubsub.v1.SessionMessageKind
+	(*Entry)(nil),             // 6: echopubsub.v1.Entry
+	(*Batch)(nil),             // 7: echopubsub.v1.Batch
+	(*EntryOption)(nil),       // 8: echopubsub.v1.EntryOption
+	(*Register)(nil),          // 9: echopubsub.v1.Register
+	(*Expire)(nil),            // 10: echopubsub.v1.Expire
+	(*BatchAck)(nil),          // 11: echopubsub.v1.BatchAck
+	(*RegisterAck)(nil),       // 12: echopubsub.v1.RegisterAck
+	(*CursorExpired)(nil),     // 13: echopubsub.v1.CursorExpired
+	(*Broadcast)(nil),         // 14: echopubsub.v1.Broadcast
+	(*BroadcastResult)(nil),   // 15: echopubsub.v1.BroadcastResult
+	(*BackPressure)(nil),      // 16: echopubsub.v1.BackPressure
+	(*Undecodable)(nil),       // 17: echopubsub.v1.Undecodable
+	(*Retire)(nil),            // 18: echopubsub.v1.Retire
+	(*SessionPressure)(nil),   // 19: echopubsub.v1.SessionPressure
+	(*SessionClosed)(nil),     // 20: echopubsub.v1.SessionClosed
+	(*SessionMessage)(nil),    // 21: echopubsub.v1.SessionMessage
+	nil,                       // 22: echopubsub.v1.SessionMessage.ContextEntry
+	(*anypb.Any)(nil),         // 23: google.protobuf.Any
 }
 var file_echopubsub_proto_depIdxs = []int32{
-	5,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
+	8,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
 	0,  // 1: echopubsub.v1.BatchAck.status:type_name -> echopubsub.v1.AckStatus
 	0,  // 2: echopubsub.v1.RegisterAck.status:type_name -> echopubsub.v1.AckStatus
-	16, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
+	23, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
 	2,  // 4: echopubsub.v1.BackPressure.state:type_name -> echopubsub.v1.BackPressureState
 	1,  // 5: echopubsub.v1.BackPressure.severity:type_name -> echopubsub.v1.Severity
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	3,  // 6: echopubsub.v1.SessionPressure.state:type_name -> echopubsub.v1.SessionPressureState
+	1,  // 7: echopubsub.v1.SessionPressure.severity:type_name -> echopubsub.v1.Severity
+	4,  // 8: echopubsub.v1.SessionClosed.reason:type_name -> echopubsub.v1.SessionCloseReason
+	5,  // 9: echopubsub.v1.SessionMessage.kind:type_name -> echopubsub.v1.SessionMessageKind
+	22, // 10: echopubsub.v1.SessionMessage.context:type_name -> echopubsub.v1.SessionMessage.ContextEntry
+	23, // 11: echopubsub.v1.SessionMessage.message:type_name -> google.protobuf.Any
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_echopubsub_proto_init() }
@@ -1522,8 +2066,8 @@ func file_echopubsub_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_echopubsub_proto_rawDesc), len(file_echopubsub_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   13,
+			NumEnums:      6,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

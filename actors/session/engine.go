@@ -1,0 +1,451 @@
+// Package session is the engine of acknowledged sessions: the node-wide
+// reservation table, each session's pending counter, the soft and hard
+// queues and the slow-consumer action. It is the one place that decides
+// session pressure (see ARCHITECTURE.md). The public API (OpenSession, Ack,
+// ...) is in the root package, which feeds the engine from one forwarding
+// actor per session.
+//
+// # Reservations
+//
+// A durable delivery takes a reservation {session, delivery id} and only
+// then hands the envelope to the owner's mailbox: Deliver inserts it and
+// calls send while holding the session's lock, so an Ack can never find the
+// envelope before its reservation. A session's pending count is the number
+// of its reservations: the engine's own counter, never a mailbox length.
+// Delivery ids start at 1 and increase by one per durable delivery of a
+// session; an ephemeral delivery has id 0 and no reservation.
+//
+// # Limits, in the order Deliver applies them
+//
+//	pending + 1 > HardQueue           rolled back; the session is closed
+//	                                  (SessionClosed HARD_QUEUE), and with
+//	                                  ExitOwner its owner is stopped
+//	table at MaxReservations          refused, not sent; RESERVATIONS_FULL
+//	                                  once, RESERVATIONS_RESUMED before the
+//	                                  next delivery that is accepted
+//	pending > SoftQueue               delivered; SOFT_QUEUE_EXCEEDED once,
+//	                                  SOFT_QUEUE_RELIEVED when an ack brings
+//	                                  it back to SoftQueue or below
+//
+// # Concurrency
+//
+// Engine and Session methods are safe for concurrent use. The session table
+// is guarded by an RWMutex (Ack takes the read lock for one map lookup);
+// each session's state by its own mutex, which is also held while its
+// notices and envelopes are sent, so the owner sees notices in the order of
+// the transitions they describe. The two locks are never held together.
+//
+// Cost: an Ack is a read-locked map lookup, a locked map delete and an
+// atomic add; it does not allocate (except on an error or a soft-queue
+// transition, which sends a notice).
+package session
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/messages"
+)
+
+// Errors.
+var (
+	// ErrUnknownSession: no open session has this id on this node (never
+	// opened, closed, or the pubsub stopped).
+	ErrUnknownSession = errors.New("echopubsub: unknown session")
+	// ErrUnknownDelivery: the session holds no reservation with this id
+	// (never issued, already acknowledged, or ephemeral).
+	ErrUnknownDelivery = errors.New("echopubsub: unknown delivery")
+	// ErrTooManyItems: an AckMany over MaxBatchItems ids.
+	ErrTooManyItems = errors.New("echopubsub: too many items")
+	// ErrEngineClosed: the engine was closed (its pubsub stopped). It is
+	// the pubsub's ErrStopped.
+	ErrEngineClosed = actors.ErrStopped
+)
+
+// Action is the slow-consumer action.
+type Action int
+
+const (
+	// Disconnect closes the session.
+	Disconnect Action = iota
+	// ExitOwner closes the session and stops its owner.
+	ExitOwner
+)
+
+// Limits are the engine's settings (the root package fills them from its
+// Config, which validates them).
+type Limits struct {
+	SoftQueue       int
+	HardQueue       int
+	Action          Action
+	MaxReservations int64
+	MaxBatchItems   int
+}
+
+// Sender delivers to actors. The root package passes the actor system's
+// root context; tests pass a recorder.
+type Sender interface {
+	Send(pid *actor.PID, msg interface{})
+	// Exit stops pid once it has handled what is already in its mailbox
+	// (a PoisonPill), so an owner stopped by ExitOwner still reads its
+	// SessionClosed notice last.
+	Exit(pid *actor.PID)
+}
+
+// Engine holds the sessions of one pubsub on one node.
+type Engine struct {
+	lim  Limits
+	node string
+	out  Sender
+	log  zerolog.Logger
+	// onClose runs once per closed session, outside every lock, after the
+	// session left the table (the root package stops its actor there).
+	onClose func(*Session)
+
+	reserved atomic.Int64 // reservations held by every session together
+	closed   atomic.Bool
+
+	mu       sync.RWMutex
+	sessions map[string]*Session
+}
+
+// New returns an engine. onClose may be nil.
+func New(lim Limits, node string, out Sender, log zerolog.Logger, onClose func(*Session)) *Engine {
+	if onClose == nil {
+		onClose = func(*Session) {}
+	}
+	return &Engine{lim: lim, node: node, out: out, log: log, onClose: onClose, sessions: map[string]*Session{}}
+}
+
+// Session is one open (or closed) session.
+type Session struct {
+	id    string
+	owner *actor.PID
+	// Attached is the root package's per-session state, set at Open.
+	Attached interface{}
+
+	mu       sync.Mutex
+	open     bool
+	next     uint64              // next delivery id
+	res      map[uint64]struct{} // reservations; len(res) is the pending count
+	first    uint64              // no reservation has an id below first
+	pressure bool                // above SoftQueue (notice sent)
+	full     bool                // refused for a full table (notice sent)
+	refused  uint64              // refused since full
+}
+
+// ID is the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Owner is the actor the session delivers to.
+func (s *Session) Owner() *actor.PID { return s.owner }
+
+// Open registers a session under id (the caller makes it unguessable).
+func (e *Engine) Open(id string, owner *actor.PID, attached interface{}) (*Session, error) {
+	s := &Session{id: id, owner: owner, Attached: attached, open: true, next: 1, first: 1, res: map[uint64]struct{}{}}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return nil, ErrEngineClosed
+	}
+	if _, dup := e.sessions[id]; dup {
+		return nil, fmt.Errorf("echopubsub: session id %q already open", id)
+	}
+	e.sessions[id] = s
+	return s, nil
+}
+
+// Get returns the open session id, or nil.
+func (e *Engine) Get(id string) *Session {
+	e.mu.RLock()
+	s := e.sessions[id]
+	e.mu.RUnlock()
+	return s
+}
+
+// Reserved is the number of reservations held on this node.
+func (e *Engine) Reserved() int64 { return e.reserved.Load() }
+
+// Outcome of a Deliver.
+type Outcome int
+
+const (
+	// Delivered: sent to the owner (durable: with a reservation).
+	Delivered Outcome = iota
+	// Refused: the reservation table is full; not sent (the session was
+	// told, once per transition).
+	Refused
+	// ClosedHardQueue: the delivery would have exceeded HardQueue: not
+	// sent, and the session is now closed.
+	ClosedHardQueue
+	// NotOpen: the session is closed; not sent.
+	NotOpen
+)
+
+// Deliver hands one delivery to s's owner. For a durable delivery it
+// reserves the next delivery id first; build makes the message to send
+// from that id (0 for an ephemeral one). build and the send run under the
+// session's lock: build must not call back into the engine.
+func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64) interface{}) Outcome {
+	s.mu.Lock()
+	if !s.open {
+		s.mu.Unlock()
+		return NotOpen
+	}
+	if !durable {
+		e.out.Send(s.owner, build(0))
+		s.mu.Unlock()
+		return Delivered
+	}
+	if len(s.res)+1 > e.lim.HardQueue {
+		// The reservation is never inserted (rolled back before it exists).
+		closed := e.closeLocked(s, messages.SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE,
+			fmt.Sprintf("pending would exceed HardQueue %d", e.lim.HardQueue))
+		s.mu.Unlock()
+		e.finishClose(s, closed, e.lim.Action == ExitOwner)
+		return ClosedHardQueue
+	}
+	if e.reserved.Add(1) > e.lim.MaxReservations {
+		e.reserved.Add(-1)
+		s.refused++
+		if !s.full {
+			s.full = true
+			e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL)
+		}
+		s.mu.Unlock()
+		return Refused
+	}
+	if s.full {
+		s.full = false
+		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED)
+		s.refused = 0
+	}
+	id := s.next
+	s.next++
+	s.res[id] = struct{}{}
+	if !s.pressure && len(s.res) > e.lim.SoftQueue {
+		s.pressure = true
+		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED)
+	}
+	e.out.Send(s.owner, build(id))
+	s.mu.Unlock()
+	return Delivered
+}
+
+// pressure sends one SessionPressure transition to s's owner. Caller holds
+// s.mu.
+func (e *Engine) pressure(s *Session, state messages.SessionPressureState) {
+	sev, ev := messages.Severity_SEVERITY_WARNING, e.log.Warn()
+	if state == messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED ||
+		state == messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED {
+		sev, ev = messages.Severity_SEVERITY_INFO, e.log.Info()
+	}
+	n := &messages.SessionPressure{State: state, Severity: sev, SessionId: s.id, Pending: uint64(len(s.res)),
+		SoftQueue: uint32(e.lim.SoftQueue), HardQueue: uint32(e.lim.HardQueue),
+		Reservations: uint64(e.reserved.Load()), MaxReservations: uint64(e.lim.MaxReservations),
+		Refused: s.refused, Node: e.node}
+	e.out.Send(s.owner, n)
+	ev.Str("owner", s.owner.String()).Int("pending", len(s.res)).Int64("reservations", e.reserved.Load()).
+		Str("state", state.String()).Msg("session pressure")
+}
+
+// lookup returns the open session id, or an error naming it.
+func (e *Engine) lookup(id string) (*Session, error) {
+	e.mu.RLock()
+	s := e.sessions[id]
+	e.mu.RUnlock()
+	if s == nil {
+		if e.closed.Load() {
+			return nil, ErrEngineClosed
+		}
+		return nil, ErrUnknownSession
+	}
+	return s, nil
+}
+
+// Ack releases the reservation deliveryID of session id and returns the
+// new pending count.
+func (e *Engine) Ack(id string, deliveryID uint64) (int, error) {
+	s, err := e.lookup(id)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		return 0, ErrUnknownSession
+	}
+	if _, ok := s.res[deliveryID]; !ok {
+		return len(s.res), ErrUnknownDelivery
+	}
+	e.release(s, deliveryID)
+	return len(s.res), nil
+}
+
+// release drops one reservation. Caller holds s.mu.
+func (e *Engine) release(s *Session, deliveryID uint64) {
+	delete(s.res, deliveryID)
+	e.reserved.Add(-1)
+	if s.pressure && len(s.res) <= e.lim.SoftQueue {
+		s.pressure = false
+		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED)
+	}
+}
+
+// AckMany releases each of ids that s holds; the others are appended to
+// unknown (which may be nil). It fails as a whole only for an unknown
+// session or more than MaxBatchItems ids.
+func (e *Engine) AckMany(id string, ids []uint64, unknown []uint64) (acked int, unknownOut []uint64, pending int, err error) {
+	if len(ids) > e.lim.MaxBatchItems {
+		return 0, unknown, e.Pending(id), fmt.Errorf("%w: AckMany got %d ids, MaxBatchItems is %d", ErrTooManyItems, len(ids), e.lim.MaxBatchItems)
+	}
+	s, err := e.lookup(id)
+	if err != nil {
+		return 0, unknown, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		return 0, unknown, 0, ErrUnknownSession
+	}
+	for _, d := range ids {
+		if _, ok := s.res[d]; !ok {
+			unknown = append(unknown, d)
+			continue
+		}
+		e.release(s, d)
+		acked++
+	}
+	return acked, unknown, len(s.res), nil
+}
+
+// AckFirst releases the session's oldest reservation; (0, nil) when it
+// holds none.
+func (e *Engine) AckFirst(id string) (int, error) {
+	s, err := e.lookup(id)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		return 0, ErrUnknownSession
+	}
+	if len(s.res) == 0 {
+		return 0, nil
+	}
+	// Every id in [first, next) was issued; first only moves past ids that
+	// are no longer held, so each id is stepped over once (amortised O(1)).
+	for ; s.first < s.next; s.first++ {
+		if _, ok := s.res[s.first]; ok {
+			e.release(s, s.first)
+			s.first++
+			return len(s.res), nil
+		}
+	}
+	return len(s.res), nil // unreachable: len(res) > 0 means an id in [first, next)
+}
+
+// Pending is the session's pending count; 0 for an unknown session.
+func (e *Engine) Pending(id string) int {
+	e.mu.RLock()
+	s := e.sessions[id]
+	e.mu.RUnlock()
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.res)
+}
+
+// Close closes session id: its reservations are released and its owner is
+// told (unless the reason is that the owner stopped). It reports whether
+// the session was open.
+func (e *Engine) Close(id string, reason messages.SessionCloseReason, detail string) bool {
+	s := e.Get(id)
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	closed := e.closeLocked(s, reason, detail)
+	s.mu.Unlock()
+	e.finishClose(s, closed, false)
+	return closed != nil
+}
+
+// CloseAll closes every session (the pubsub is stopping) and refuses new
+// ones.
+func (e *Engine) CloseAll(reason messages.SessionCloseReason, detail string) {
+	e.mu.Lock()
+	e.closed.Store(true)
+	all := make([]*Session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		all = append(all, s)
+	}
+	e.mu.Unlock()
+	for _, s := range all {
+		e.Close(s.id, reason, detail)
+	}
+}
+
+// closeLocked marks s closed, releases its reservations and tells its
+// owner. It returns the notice (nil when s was already closed). Caller
+// holds s.mu.
+func (e *Engine) closeLocked(s *Session, reason messages.SessionCloseReason, detail string) *messages.SessionClosed {
+	if !s.open {
+		return nil
+	}
+	s.open = false
+	released := len(s.res)
+	e.reserved.Add(-int64(released))
+	s.res = nil
+	n := &messages.SessionClosed{SessionId: s.id, Reason: reason, Released: uint64(released), Detail: detail, Node: e.node,
+		OwnerStopped: reason == messages.SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE && e.lim.Action == ExitOwner}
+	if reason != messages.SessionCloseReason_SESSION_CLOSE_REASON_OWNER_STOPPED {
+		e.out.Send(s.owner, n) // the last message the session sends
+	}
+	return n
+}
+
+// finishClose removes a just-closed session from the table, stops its
+// owner when asked, and runs onClose. Called without locks.
+func (e *Engine) finishClose(s *Session, closed *messages.SessionClosed, stopOwner bool) {
+	if closed == nil {
+		return
+	}
+	e.mu.Lock()
+	if e.sessions[s.id] == s {
+		delete(e.sessions, s.id)
+	}
+	e.mu.Unlock()
+	ev := e.log.Info()
+	if closed.Reason == messages.SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE {
+		ev = e.log.Warn()
+	}
+	ev.Str("owner", s.owner.String()).Str("reason", closed.Reason.String()).Uint64("released", closed.Released).
+		Bool("owner_stopped", stopOwner).Msg("session closed")
+	if stopOwner {
+		e.out.Exit(s.owner)
+	}
+	e.onClose(s)
+}
+
+// Notify sends msg (a pubsub notice: CursorExpired, BackPressure) to s's
+// owner, in order with its envelopes, unless s is closed. It reports
+// whether it was sent.
+func (e *Engine) Notify(s *Session, msg interface{}) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		return false
+	}
+	e.out.Send(s.owner, msg)
+	return true
+}

@@ -1,0 +1,97 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SlowConsumerAction is what happens to a session whose pending count
+// would exceed SessionConfig.HardQueue.
+type SlowConsumerAction int
+
+const (
+	// Disconnect closes the session: the owner gets a
+	// *messages.SessionClosed, its reservations are released and later
+	// calls with its id fail with ErrUnknownSession.
+	Disconnect SlowConsumerAction = iota
+	// ExitOwner does what Disconnect does, then stops the owner actor: it
+	// is sent a PoisonPill, so it handles what its mailbox already holds,
+	// the SessionClosed notice last, and stops.
+	ExitOwner
+)
+
+func (a SlowConsumerAction) String() string {
+	switch a {
+	case Disconnect:
+		return "Disconnect"
+	case ExitOwner:
+		return "ExitOwner"
+	}
+	return fmt.Sprintf("SlowConsumerAction(%d)", int(a))
+}
+
+// The three MaxDeliveryReservations profiles of the original (Wiregrid).
+const (
+	ReservationsSmall    = 100_000
+	ReservationsBalanced = 2_000_000
+	ReservationsLarge    = 20_000_000
+)
+
+// ErrSoftQueueNotBelowHardQueue: SoftQueue must be strictly below
+// HardQueue. Validate wraps it with both values.
+var ErrSoftQueueNotBelowHardQueue = errors.New("echopubsub: config SoftQueue must be below HardQueue")
+
+// SessionConfig holds the settings of acknowledged sessions (OpenSession).
+// It is embedded in Config, so its fields read as Config's own.
+type SessionConfig struct {
+	// SoftQueue: when a session's pending (delivered, not acknowledged)
+	// count rises above it, the owner gets one *messages.SessionPressure
+	// notice, and one more when it is back at or below. Must be > 0 and
+	// below HardQueue. Defaults to 500.
+	SoftQueue int
+	// HardQueue is the most deliveries a session may hold unacknowledged:
+	// a durable delivery that would exceed it is rolled back and
+	// SlowConsumerAction applies. Defaults to 2000.
+	HardQueue int
+	// SlowConsumerAction: Disconnect (the default) or ExitOwner.
+	SlowConsumerAction SlowConsumerAction
+	// MaxDeliveryReservations bounds the reservations held by every
+	// session of this pubsub on this node together. A full table refuses a
+	// durable delivery before it reaches the owner's mailbox, and the
+	// session is told (SessionPressure RESERVATIONS_FULL, once per
+	// transition). Profiles: ReservationsSmall, ReservationsBalanced,
+	// ReservationsLarge. Defaults to ReservationsBalanced (2,000,000).
+	MaxDeliveryReservations int
+	// MaxBatchItems bounds the ids one AckMany call accepts. Defaults to
+	// 1000.
+	MaxBatchItems int
+}
+
+// DefaultSessionConfig returns the session defaults of the original.
+func DefaultSessionConfig() SessionConfig {
+	return SessionConfig{SoftQueue: 500, HardQueue: 2000, SlowConsumerAction: Disconnect,
+		MaxDeliveryReservations: ReservationsBalanced, MaxBatchItems: 1000}
+}
+
+// validate names the first invalid field and its value.
+func (c SessionConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"SoftQueue", c.SoftQueue}, {"HardQueue", c.HardQueue},
+		{"MaxDeliveryReservations", c.MaxDeliveryReservations}, {"MaxBatchItems", c.MaxBatchItems}} {
+		if f.v <= 0 {
+			return fmt.Errorf("echopubsub: config %s must be > 0, got %d", f.name, f.v)
+		}
+	}
+	if c.SoftQueue >= c.HardQueue {
+		return fmt.Errorf("%w: SoftQueue is %d, HardQueue is %d", ErrSoftQueueNotBelowHardQueue, c.SoftQueue, c.HardQueue)
+	}
+	if c.HardQueue > c.MaxDeliveryReservations {
+		return fmt.Errorf("echopubsub: config HardQueue must be <= MaxDeliveryReservations, got HardQueue %d, MaxDeliveryReservations %d", c.HardQueue, c.MaxDeliveryReservations)
+	}
+	if c.SlowConsumerAction != Disconnect && c.SlowConsumerAction != ExitOwner {
+		return fmt.Errorf("echopubsub: config SlowConsumerAction must be Disconnect or ExitOwner, got %v", c.SlowConsumerAction)
+	}
+	return nil
+}

@@ -1,0 +1,469 @@
+package echopubsub
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/supervision"
+)
+
+// Session settings re-exported from the actors package (see Config).
+type SlowConsumerAction = actors.SlowConsumerAction
+
+const (
+	// Disconnect closes a session that would exceed HardQueue (default).
+	Disconnect = actors.Disconnect
+	// ExitOwner closes it and stops its owner actor.
+	ExitOwner = actors.ExitOwner
+	// The three MaxDeliveryReservations profiles.
+	ReservationsSmall    = actors.ReservationsSmall
+	ReservationsBalanced = actors.ReservationsBalanced
+	ReservationsLarge    = actors.ReservationsLarge
+)
+
+// Session errors.
+var (
+	// ErrUnknownSession: no open session has this id on this node: never
+	// opened, closed (CloseSession, hard queue, owner stopped), or it lives
+	// on another node (only RequestSession and Reply reach those).
+	ErrUnknownSession = session.ErrUnknownSession
+	// ErrUnknownDelivery: the session holds no reservation with this
+	// delivery id: never issued, already acknowledged, or ephemeral.
+	ErrUnknownDelivery = session.ErrUnknownDelivery
+	// ErrTooManyItems: AckMany got more than Config.MaxBatchItems ids.
+	ErrTooManyItems = session.ErrTooManyItems
+	// ErrSoftQueueNotBelowHardQueue: Config.SoftQueue >= Config.HardQueue
+	// (Start's error names both values).
+	ErrSoftQueueNotBelowHardQueue = actors.ErrSoftQueueNotBelowHardQueue
+	// ErrNilOwner: OpenSession needs an owner actor.
+	ErrNilOwner = errors.New("echopubsub: session owner PID is nil")
+	// ErrOwnerNotRunning: the owner is a local PID no actor answers to.
+	ErrOwnerNotRunning = errors.New("echopubsub: session owner is not running")
+	// ErrEmptyTopic: a topic must not be empty.
+	ErrEmptyTopic = errors.New("echopubsub: topic must not be empty")
+	// ErrReservedTopic: topics starting with SessionInboxPrefix carry
+	// requests and replies; sessions cannot subscribe to them.
+	ErrReservedTopic = errors.New("echopubsub: topic is reserved for session requests and replies")
+	// ErrNotRequest: Reply was given an envelope that is not a request.
+	ErrNotRequest = errors.New("echopubsub: envelope is not a request")
+)
+
+// Class of a session subscription.
+type Class int
+
+const (
+	// Durable deliveries take a reservation that the owner acknowledges.
+	Durable Class = iota
+	// Ephemeral deliveries carry an envelope (DeliveryID 0) but no
+	// reservation: nothing to ack, not counted against the queues.
+	Ephemeral
+)
+
+func (c Class) String() string {
+	if c == Ephemeral {
+		return "Ephemeral"
+	}
+	return "Durable"
+}
+
+// DeliveryFormat chooses what an Envelope carries.
+type DeliveryFormat int
+
+const (
+	// Event: the decoded message in Envelope.Event (the default).
+	Event DeliveryFormat = iota
+	// Encoded: the wire bytes in Envelope.Payload (decode with
+	// DecodePayload).
+	Encoded
+	// Both: Event and Payload.
+	Both
+)
+
+// Envelope is what a session's owner receives for each delivery, as a
+// *Envelope. It is built for the owner alone, except Event and Context,
+// which may be shared with other sessions: do not modify them.
+type Envelope struct {
+	// Instance is the pubsub's name (Config.Name).
+	Instance  string
+	SessionID string
+	// DeliveryID identifies a durable delivery within its session: pass it
+	// to Ack. Ids start at 1 and increase by one per durable delivery.
+	// Ephemeral deliveries have 0.
+	DeliveryID uint64
+	// Topic is the topic broadcast to; for a request or a reply, the
+	// receiving session's inbox topic (SessionInboxPrefix + its id).
+	Topic string
+	Class Class
+	// Context is nil unless the subscription (WithContext) or the send (a
+	// request or a reply: see RequestContextOf) supplied a non-empty one.
+	Context map[string]string
+	// Event is set for DeliveryFormat Event and Both. A payload this node
+	// cannot decode arrives as a *messages.Undecodable.
+	Event proto.Message
+	// Payload is set for Encoded and Both: the message's protobuf bytes.
+	// For a request or a reply they are the bytes the sender encoded; for
+	// a broadcast the session re-encodes the message this node decoded
+	// (the same message, not necessarily the same bytes), as the node's
+	// delivery path does not keep the wire bytes.
+	Payload []byte
+	// PayloadType is the message's full protobuf name.
+	PayloadType string
+}
+
+// SessionInboxPrefix starts the topic on which a session receives requests
+// and replies.
+const SessionInboxPrefix = "echopubsub.session/"
+
+// Session is an open session's handle. Every operation also takes the id
+// alone (ps.Ack(id, ...)), so an id can be handed to code that has no
+// handle.
+type Session struct{ id string }
+
+// ID is the session id: 128 random bits and the node that holds the
+// session, URL-safe ([A-Za-z0-9_-] and one '.').
+func (s *Session) ID() string { return s.id }
+
+// SessionOption configures OpenSession.
+type SessionOption func(*sessionOptions)
+
+type sessionOptions struct{ format DeliveryFormat }
+
+// WithDeliveryFormat chooses what the session's envelopes carry. Defaults to
+// Event.
+func WithDeliveryFormat(f DeliveryFormat) SessionOption {
+	return func(o *sessionOptions) { o.format = f }
+}
+
+// SessionSubscribeOption configures SessionSubscribe.
+type SessionSubscribeOption func(*subSpec)
+
+// WithContext attaches ctx (copied) to every envelope of the subscription.
+// Defaults to none (Envelope.Context nil).
+func WithContext(ctx map[string]string) SessionSubscribeOption {
+	return func(s *subSpec) {
+		s.context = nil
+		if len(ctx) > 0 {
+			s.context = make(map[string]string, len(ctx))
+			for k, v := range ctx {
+				s.context[k] = v
+			}
+		}
+	}
+}
+
+// WithClass sets the subscription's class. Defaults to Durable.
+func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.class = c } }
+
+type subSpec struct {
+	class   Class
+	context map[string]string
+}
+
+// sessions is the session side of one PubSub.
+type sessions struct {
+	engine   *session.Engine
+	manager  *actor.PID
+	requests atomic.Uint64
+}
+
+// sessionRec is the root package's per-session state (session.Attached).
+type sessionRec struct {
+	format DeliveryFormat
+	actor  atomic.Pointer[actor.PID]
+	subMu  sync.Mutex                         // serialises SessionSubscribe/Unsubscribe
+	subs   atomic.Pointer[map[string]subSpec] // copy on write; read by the session's actor
+}
+
+// rootSender sends through the actor system's root context.
+type rootSender struct{ system *actor.ActorSystem }
+
+func (r rootSender) Send(pid *actor.PID, msg interface{}) { r.system.Root.Send(pid, msg) }
+func (r rootSender) Exit(pid *actor.PID)                  { r.system.Root.Poison(pid) }
+
+// startSessions spawns the parent of the session actors. Called by Start
+// once the tree answers.
+func (ps *PubSub) startSessions() error {
+	cfg := ps.rt.Cfg
+	lim := session.Limits{SoftQueue: cfg.SoftQueue, HardQueue: cfg.HardQueue, Action: session.Disconnect,
+		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems}
+	if cfg.SlowConsumerAction == ExitOwner {
+		lim.Action = session.ExitOwner
+	}
+	system := ps.rt.System
+	eng := session.New(lim, ps.rt.Node, rootSender{system}, ps.rt.Log.With().Str("component", "sessions").Logger(),
+		func(s *session.Session) {
+			if pid := s.Attached.(*sessionRec).actor.Load(); pid != nil {
+				system.Root.Stop(pid) // the registry drops its subscriptions when it terminates
+			}
+		})
+	mgr, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &sessionManager{} },
+		supervision.IgnorePoisonPill()), sessionManagerName(cfg.Name))
+	if err != nil {
+		return err
+	}
+	ps.sess = &sessions{engine: eng, manager: mgr}
+	return nil
+}
+
+// sessionManagerName is outside the tree's "echopubsub/<name>" space, so no
+// pubsub's name can collide with it.
+func sessionManagerName(pubsub string) string { return "echopubsub-sessions/" + pubsub }
+
+// stopSessions tells every owner its session closed, then stops the
+// session actors. Called by Stop.
+func (ps *PubSub) stopSessions() error {
+	ps.sess.engine.CloseAll(messages.SessionCloseReason_SESSION_CLOSE_REASON_PUBSUB_STOPPED, "pubsub stopped")
+	return ps.rt.System.Root.StopFuture(ps.sess.manager).Wait()
+}
+
+// OpenSession opens an acknowledged session delivering to owner, a local
+// actor with any mailbox. The owner receives *Envelope for each delivery,
+// *messages.SessionPressure and *messages.SessionClosed notices, and the
+// pubsub's *messages.CursorExpired and *messages.BackPressure notices. The
+// session closes when the owner stops.
+func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session, error) {
+	switch {
+	case owner == nil:
+		return nil, ErrNilOwner
+	case owner.Address != ps.rt.Node:
+		return nil, fmt.Errorf("%w: session owner %s (this node is %s)", ErrNotLocal, owner, ps.rt.Node)
+	case ps.stopped():
+		return nil, ErrStopped
+	}
+	if _, ok := ps.rt.System.ProcessRegistry.GetLocal(owner.Id); !ok {
+		return nil, fmt.Errorf("%w: %s", ErrOwnerNotRunning, owner)
+	}
+	var o sessionOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("echopubsub: session option %d is nil", i)
+		}
+		opt(&o)
+	}
+	if o.format < Event || o.format > Both {
+		return nil, fmt.Errorf("echopubsub: DeliveryFormat must be Event, Encoded or Both, got %d", int(o.format))
+	}
+	id, err := newSessionID(ps.rt.Node)
+	if err != nil {
+		return nil, err
+	}
+	rec := &sessionRec{format: o.format}
+	rec.subs.Store(&map[string]subSpec{})
+	s, err := ps.sess.engine.Open(id, owner, rec)
+	if err != nil {
+		return nil, err
+	}
+	pid, err := ps.spawnSessionActor(s, rec)
+	if err == nil {
+		rec.actor.Store(pid)
+		if ps.sess.engine.Get(id) == nil { // closed meanwhile (Stop): onClose saw no actor
+			ps.rt.System.Root.Stop(pid)
+			return nil, ErrStopped
+		}
+		err = ps.Subscribe(pid, SessionInboxPrefix+id, WithMetadata())
+	}
+	if err != nil {
+		ps.sess.engine.Close(id, messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "open failed")
+		return nil, fmt.Errorf("echopubsub: open session: %w", err)
+	}
+	return &Session{id: id}, nil
+}
+
+func (ps *PubSub) spawnSessionActor(s *session.Session, rec *sessionRec) (*actor.PID, error) {
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + s.ID(), seen: map[stream]position{}}
+	props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithMailbox(SubscriberMailbox()),
+		supervision.IgnorePoisonPill())
+	res, err := ps.rt.System.Root.RequestFuture(ps.sess.manager, &spawnSession{props: props}, ps.rt.Cfg.CallTimeout).Result()
+	if err != nil {
+		return nil, err
+	}
+	pid, ok := res.(*actor.PID)
+	if !ok {
+		return nil, fmt.Errorf("session manager answered %T", res)
+	}
+	return pid, nil
+}
+
+// newSessionID returns base64url(node) "." base64url(16 random bytes).
+func newSessionID(node string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("echopubsub: session id: %w", err)
+	}
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString([]byte(node)) + "." + enc.EncodeToString(b[:]), nil
+}
+
+// sessionNode returns the node an id names, or false for a malformed id.
+func sessionNode(id string) (string, bool) {
+	i := strings.IndexByte(id, '.')
+	if i <= 0 || len(id)-i-1 != 22 {
+		return "", false
+	}
+	node, err := base64.RawURLEncoding.DecodeString(id[:i])
+	if err != nil || len(node) == 0 {
+		return "", false
+	}
+	return string(node), true
+}
+
+func (ps *PubSub) session(id string) (*session.Session, *sessionRec, error) {
+	if ps.stopped() {
+		return nil, nil, ErrStopped
+	}
+	s := ps.sess.engine.Get(id)
+	if s == nil {
+		return nil, nil, ErrUnknownSession
+	}
+	return s, s.Attached.(*sessionRec), nil
+}
+
+// SessionSubscribe makes session id receive every message broadcast on
+// topic (from any node), as envelopes. Subscribing again to the same topic
+// only replaces its options.
+func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOption) error {
+	if topic == "" {
+		return ErrEmptyTopic
+	}
+	if strings.HasPrefix(topic, SessionInboxPrefix) {
+		return fmt.Errorf("%w: %q", ErrReservedTopic, topic)
+	}
+	var spec subSpec
+	for i, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("echopubsub: session subscribe option %d is nil", i)
+		}
+		opt(&spec)
+	}
+	if spec.class != Durable && spec.class != Ephemeral {
+		return fmt.Errorf("echopubsub: Class must be Durable or Ephemeral, got %d", int(spec.class))
+	}
+	_, rec, err := ps.session(id)
+	if err != nil {
+		return err
+	}
+	rec.subMu.Lock()
+	defer rec.subMu.Unlock()
+	old := *rec.subs.Load()
+	_, already := old[topic]
+	next := make(map[string]subSpec, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[topic] = spec
+	rec.subs.Store(&next) // before subscribing: the first delivery finds its options
+	if already {
+		return nil
+	}
+	if err := ps.Subscribe(rec.actor.Load(), topic, WithMetadata()); err != nil {
+		rec.subs.Store(&old)
+		return err
+	}
+	return nil
+}
+
+// SessionUnsubscribe stops topic's deliveries to session id. Unsubscribing
+// from a topic the session is not subscribed to does nothing.
+func (ps *PubSub) SessionUnsubscribe(id, topic string) error {
+	if topic == "" {
+		return ErrEmptyTopic
+	}
+	_, rec, err := ps.session(id)
+	if err != nil {
+		return err
+	}
+	rec.subMu.Lock()
+	defer rec.subMu.Unlock()
+	old := *rec.subs.Load()
+	if _, ok := old[topic]; !ok {
+		return nil
+	}
+	if err := ps.Unsubscribe(rec.actor.Load(), topic); err != nil {
+		return err
+	}
+	next := make(map[string]subSpec, len(old))
+	for k, v := range old {
+		if k != topic {
+			next[k] = v
+		}
+	}
+	rec.subs.Store(&next)
+	return nil
+}
+
+// CloseSession closes session id: its reservations are released, its owner
+// gets a *messages.SessionClosed (reason CLOSED), nothing more is delivered
+// and later calls with id fail with ErrUnknownSession.
+func (ps *PubSub) CloseSession(id string) error {
+	if ps.stopped() {
+		return ErrStopped
+	}
+	if !ps.sess.engine.Close(id, messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "CloseSession") {
+		return ErrUnknownSession
+	}
+	return nil
+}
+
+// Ack acknowledges (releases) one delivery of session id and returns the
+// session's new pending count. A delivery id that the session does not hold
+// (never issued, already acknowledged, ephemeral) is ErrUnknownDelivery and
+// changes nothing. Ack the delivery after the work it stands for committed.
+// It does not allocate.
+func (ps *PubSub) Ack(id string, deliveryID uint64) (int, error) {
+	return ps.sess.engine.Ack(id, deliveryID)
+}
+
+// AckManyResult is AckMany's answer.
+type AckManyResult struct {
+	// Acked is the number of reservations released.
+	Acked int
+	// Unknown lists the ids the session did not hold, in the given order.
+	Unknown []uint64
+	// Pending is the session's pending count afterwards.
+	Pending int
+}
+
+// AckMany acknowledges up to Config.MaxBatchItems deliveries of session id
+// (more is ErrTooManyItems, and nothing is released). Ids the session does
+// not hold are listed in Unknown; they do not fail the call.
+func (ps *PubSub) AckMany(id string, ids []uint64) (AckManyResult, error) {
+	acked, unknown, pending, err := ps.sess.engine.AckMany(id, ids, nil)
+	return AckManyResult{Acked: acked, Unknown: unknown, Pending: pending}, err
+}
+
+// AckFirst acknowledges the session's oldest outstanding delivery and
+// returns the new pending count; (0, nil) when none is outstanding. Prefer
+// Ack with the envelope's DeliveryID: it names what was committed.
+func (ps *PubSub) AckFirst(id string) (int, error) { return ps.sess.engine.AckFirst(id) }
+
+// Pending is session id's count of delivered, unacknowledged durable
+// deliveries: the library's own counter. 0 for an unknown session or a
+// stopped pubsub.
+func (ps *PubSub) Pending(id string) int { return ps.sess.engine.Pending(id) }
+
+// DecodePayload decodes an envelope's Payload (DeliveryFormat Encoded or
+// Both) back into its message.
+func (ps *PubSub) DecodePayload(env *Envelope) (proto.Message, error) {
+	if env == nil {
+		return nil, fmt.Errorf("echopubsub: DecodePayload got a nil envelope")
+	}
+	if env.PayloadType == "" || (env.Payload == nil && env.Event != nil) {
+		return nil, fmt.Errorf("echopubsub: envelope %d of session has no payload (DeliveryFormat Event)", env.DeliveryID)
+	}
+	return messages.Decode(env.PayloadType, env.Payload)
+}
+
+// stopped reports whether the pubsub can no longer deliver (Stop, or its tree
+// died: see Err).
+func (ps *PubSub) stopped() bool { return ps.rt.Err() != nil }

@@ -1,0 +1,67 @@
+package echopubsub
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/messages"
+)
+
+type sentRecorder struct {
+	mu   sync.Mutex
+	sent []interface{}
+}
+
+func (r *sentRecorder) Send(_ *actor.PID, msg interface{}) {
+	r.mu.Lock()
+	r.sent = append(r.sent, msg)
+	r.mu.Unlock()
+}
+func (r *sentRecorder) Exit(*actor.PID) {}
+
+// The session actor hands a stream's redelivery (a cursor it already
+// delivered, same producer incarnation) to nobody: the owner would take it
+// for a new delivery. A new incarnation starts over; LocalBroadcast has no
+// cursor and is never skipped.
+func TestSessionActorSkipsStreamRedeliveries(t *testing.T) {
+	out := &sentRecorder{}
+	eng := session.New(session.Limits{SoftQueue: 10, HardQueue: 20, MaxReservations: 100, MaxBatchItems: 10}, "n", out, zerolog.Nop(), nil)
+	rec := &sessionRec{}
+	rec.subs.Store(&map[string]subSpec{"t": {}})
+	s, err := eng.Open("id", actor.NewPID("n", "owner"), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &PubSub{rt: &actors.Runtime{Cfg: actors.DefaultConfig("x")}, sess: &sessions{engine: eng}}
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + "id", seen: map[stream]position{}}
+	d := func(node string, inc, cursor uint64, local bool, v string) *messages.Delivery {
+		return &messages.Delivery{Node: node, Incarnation: inc, Cursor: cursor, Topic: "t", Local: local, Message: wrapperspb.String(v)}
+	}
+	for _, m := range []*messages.Delivery{
+		d("p", 1, 0, false, "a"), d("p", 1, 1, false, "b"),
+		d("p", 1, 1, false, "dup"), d("p", 1, 0, false, "dup"), // redeliveries
+		d("q", 1, 0, false, "c"), // another producer
+		d("p", 2, 0, false, "d"), // p restarted
+		d("p", 2, 0, false, "dup"),
+		d("n", 0, 0, true, "e"), d("n", 0, 0, true, "f"), // LocalBroadcast
+	} {
+		a.deliver(m)
+	}
+	got := ""
+	for _, m := range out.sent {
+		env := m.(*Envelope)
+		got += env.Event.(*wrapperspb.StringValue).Value
+	}
+	if got != "abcdef" {
+		t.Fatalf("owner got %q, want abcdef", got)
+	}
+	if eng.Pending("id") != 6 {
+		t.Fatalf("pending %d", eng.Pending("id"))
+	}
+}
