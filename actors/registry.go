@@ -48,15 +48,22 @@ type SetNotices struct{ PID *actor.PID }
 // Reply answers a registry request.
 type Reply struct{ Err error }
 
-// registry owns the subscriptions of this node. It watches every subscribed
-// PID and drops its subscriptions when it terminates; a subscriber given by
-// name is never pruned (a supervisor may restart it under that name).
+// registry owns the subscriptions of this node: it is the only writer of
+// the dispatcher's topic table (see Dispatcher for how readers stay
+// lock-free). A Subscribe or Unsubscribe costs amortized O(1) in what the
+// node holds: a map lookup, an append to (or a mark in) the topic's own
+// list, and this subscriber's own few subscriptions.
+//
+// It watches every subscribed PID and drops its subscriptions when it
+// terminates, once the process registry confirms it is gone (protoactor
+// hands Terminated messages from the wire to local actors: a forged one
+// must not cut a live subscriber off). A subscriber given by name is never
+// pruned (a supervisor may restart it under that name).
 type registry struct {
 	d          *Dispatcher
 	defaultMax int
 	subs       map[string]*subscriber
-	topics     map[string][]*subscription
-	notices    *actor.PID
+	forged     int // Terminated messages ignored because their PID is alive
 }
 
 // newRegistry's state outlives a crash of the registry actor: the restarted
@@ -64,24 +71,20 @@ type registry struct {
 // an OTP table whose heir is the supervisor would. Losing subscriptions on a
 // restart would silently cut subscribers off.
 func newRegistry(d *Dispatcher, defaultMax int) actor.Producer {
-	r := &registry{d: d, defaultMax: defaultMax, subs: map[string]*subscriber{}, topics: map[string][]*subscription{}}
+	r := &registry{d: d, defaultMax: defaultMax, subs: map[string]*subscriber{}}
 	return func() actor.Actor { return r }
 }
 
 func (r *registry) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *actor.Started:
-		r.publish()
 	case *Subscribe:
 		ctx.Respond(&Reply{Err: r.subscribe(ctx, m)})
 	case *Unsubscribe:
 		ctx.Respond(&Reply{Err: r.unsubscribe(ctx, m)})
 	case *SetNotices:
-		r.notices = m.PID
-		r.publish()
-		ctx.Respond(&Reply{})
+		ctx.Respond(&Reply{Err: r.setNotices(ctx, m)})
 	case *actor.Terminated:
-		r.remove(pidKey(m.Who))
+		r.terminated(ctx, m)
 	}
 }
 
@@ -120,15 +123,18 @@ func (r *registry) subscribe(ctx actor.Context, m *Subscribe) error {
 					return fmt.Errorf("%w (subscriber %s)", ErrUnmeasurable, m.PID)
 				}
 			}
+			if p, ok := ctx.ActorSystem().ProcessRegistry.GetLocal(m.PID.Id); ok {
+				sub.proc, _ = p.(*actor.ActorProcess)
+			}
 			ctx.Watch(m.PID)
 		} else {
-			sub.named = true
-			sub.pid = actor.NewPID(ctx.Self().Address, m.Name)
+			sub.named = true // its PID is made when it is first found running
 		}
 		r.subs[key] = sub
 	}
-	r.topics[m.Topic] = append(r.topics[m.Topic], &subscription{sub: sub, topic: m.Topic, bound: bound, withMeta: m.Opts.Meta})
-	r.publish()
+	s := &subscription{sub: sub, bound: bound, withMeta: m.Opts.Meta}
+	r.d.add(m.Topic, s)
+	sub.subs = append(sub.subs, s)
 	return nil
 }
 
@@ -140,69 +146,68 @@ func (r *registry) unsubscribe(ctx actor.Context, m *Unsubscribe) error {
 	if key == "" {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
 	}
-	subs := r.topics[m.Topic]
-	kept := subs[:0:0]
-	for _, s := range subs {
-		if s.sub.key != key {
+	sub := r.subs[key]
+	if sub == nil {
+		return nil
+	}
+	kept := sub.subs[:0]
+	for _, s := range sub.subs {
+		if s.t.name == m.Topic {
+			r.d.remove(s)
+		} else {
 			kept = append(kept, s)
 		}
 	}
+	clear(sub.subs[len(kept):])
+	sub.subs = kept
 	if len(kept) == 0 {
-		delete(r.topics, m.Topic)
-	} else {
-		r.topics[m.Topic] = kept
-	}
-	if !r.stillSubscribed(key) {
-		if sub := r.subs[key]; sub != nil && !sub.named {
+		if !sub.named {
 			ctx.Unwatch(sub.pid)
 		}
 		delete(r.subs, key)
 	}
-	r.publish()
 	return nil
 }
 
-func (r *registry) stillSubscribed(key string) bool {
-	for _, subs := range r.topics {
-		for _, s := range subs {
-			if s.sub.key == key {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// remove drops every subscription of a terminated PID.
-func (r *registry) remove(key string) {
-	if _, ok := r.subs[key]; !ok {
+// terminated drops every subscription of a subscriber that terminated, once
+// the process registry confirms it: a Terminated for a PID whose process is
+// still registered is forged (from the wire) or stale, and is ignored.
+func (r *registry) terminated(ctx actor.Context, m *actor.Terminated) {
+	if m.Who == nil {
 		return
 	}
-	delete(r.subs, key)
-	for topic, subs := range r.topics {
-		kept := subs[:0:0]
-		for _, s := range subs {
-			if s.sub.key != key {
-				kept = append(kept, s)
-			}
-		}
-		if len(kept) == 0 {
-			delete(r.topics, topic)
-		} else {
-			r.topics[topic] = kept
-		}
+	sub := r.subs[pidKey(m.Who)]
+	if sub == nil || sub.named {
+		return
 	}
-	r.publish()
+	if p, ok := ctx.ActorSystem().ProcessRegistry.GetLocal(m.Who.Id); ok && (sub.proc == nil || p == actor.Process(sub.proc)) {
+		if r.forged++; r.forged == 1 || r.forged%1000 == 0 {
+			r.d.log.Warn().Str("subscriber", sub.key).Int("ignored", r.forged).
+				Msg("Terminated for a subscriber that is still running ignored (forged or stale)")
+		}
+		return
+	}
+	for _, s := range sub.subs {
+		r.d.remove(s)
+	}
+	sub.subs = nil
+	delete(r.subs, sub.key)
 }
 
-// publish swaps in a fresh immutable snapshot for the dispatcher.
-func (r *registry) publish() {
-	t := &table{topics: make(map[string][]*subscription, len(r.topics)), notices: r.notices}
-	for topic, subs := range r.topics {
-		t.topics[topic] = append([]*subscription(nil), subs...)
+// setNotices sets the notice subscriber: a local actor spawned with
+// SubscriberMailbox, bounded at Config.MaxQueueLen like any subscriber.
+func (r *registry) setNotices(ctx actor.Context, m *SetNotices) error {
+	if m.PID == nil {
+		r.d.setNotices(nil)
+		return nil
 	}
-	for _, sub := range r.subs {
-		t.subscribers = append(t.subscribers, sub)
+	if m.PID.Address != ctx.Self().Address {
+		return fmt.Errorf("%w: notice subscriber %s (this node is %s)", ErrNotLocal, m.PID, ctx.Self().Address)
 	}
-	r.d.table.Store(t)
+	mb := lookupMailbox(m.PID)
+	if mb == nil {
+		return fmt.Errorf("%w (notice subscriber %s)", ErrUnmeasurable, m.PID)
+	}
+	r.d.setNotices(&noticeSubscriber{pid: m.PID, mb: mb, bound: r.defaultMax})
+	return nil
 }

@@ -1190,6 +1190,80 @@ func (x *Undecodable) GetError() string {
 	return ""
 }
 
+// Missed is the notice a subscriber registered by name receives when it is
+// resolved again after messages for its topics were delivered while nothing
+// answered to its name: `count` messages on `topic` did not reach it. It is
+// sent before anything else that follows the gap, once per topic, and the
+// notice subscriber gets a copy.
+type Missed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The subscriber concerned: its registered name.
+	Subscriber    string `protobuf:"bytes,1,opt,name=subscriber,proto3" json:"subscriber,omitempty"`
+	Topic         string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Count         uint64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Missed) Reset() {
+	*x = Missed{}
+	mi := &file_echopubsub_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Missed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Missed) ProtoMessage() {}
+
+func (x *Missed) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Missed.ProtoReflect.Descriptor instead.
+func (*Missed) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Missed) GetSubscriber() string {
+	if x != nil {
+		return x.Subscriber
+	}
+	return ""
+}
+
+func (x *Missed) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *Missed) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Missed) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 var File_echopubsub_proto protoreflect.FileDescriptor
 
 const file_echopubsub_proto_rawDesc = "" +
@@ -1285,7 +1359,14 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
 	"\fpayload_type\x18\x02 \x01(\tR\vpayloadType\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error*t\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"h\n" +
+	"\x06Missed\x12\x1e\n" +
+	"\n" +
+	"subscriber\x18\x01 \x01(\tR\n" +
+	"subscriber\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node*t\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -1313,7 +1394,7 @@ func file_echopubsub_proto_rawDescGZIP() []byte {
 }
 
 var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_echopubsub_proto_goTypes = []any{
 	(AckStatus)(0),          // 0: echopubsub.v1.AckStatus
 	(Severity)(0),           // 1: echopubsub.v1.Severity
@@ -1330,13 +1411,14 @@ var file_echopubsub_proto_goTypes = []any{
 	(*BroadcastResult)(nil), // 12: echopubsub.v1.BroadcastResult
 	(*BackPressure)(nil),    // 13: echopubsub.v1.BackPressure
 	(*Undecodable)(nil),     // 14: echopubsub.v1.Undecodable
-	(*anypb.Any)(nil),       // 15: google.protobuf.Any
+	(*Missed)(nil),          // 15: echopubsub.v1.Missed
+	(*anypb.Any)(nil),       // 16: google.protobuf.Any
 }
 var file_echopubsub_proto_depIdxs = []int32{
 	5,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
 	0,  // 1: echopubsub.v1.BatchAck.status:type_name -> echopubsub.v1.AckStatus
 	0,  // 2: echopubsub.v1.RegisterAck.status:type_name -> echopubsub.v1.AckStatus
-	15, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
+	16, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
 	2,  // 4: echopubsub.v1.BackPressure.state:type_name -> echopubsub.v1.BackPressureState
 	1,  // 5: echopubsub.v1.BackPressure.severity:type_name -> echopubsub.v1.Severity
 	6,  // [6:6] is the sub-list for method output_type
@@ -1357,7 +1439,7 @@ func file_echopubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_echopubsub_proto_rawDesc), len(file_echopubsub_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
