@@ -50,10 +50,16 @@ func (n *benchNode) fill(b *testing.B, held int) {
 // shrink, and they are not the subscriptions' memory.
 func (n *benchNode) warmFutures(b *testing.B) {
 	n.fill(b, 10_000)
+	futures := make([]*actor.Future, 0, 10_000)
 	for i := 0; i < 10_000; i++ {
-		n.system.Root.Send(n.registry, &Unsubscribe{Name: fmt.Sprintf("n%d", i), Topic: fmt.Sprintf("t%d", i/subsPerTopic)})
+		futures = append(futures, n.system.Root.RequestFuture(n.registry,
+			&Unsubscribe{Name: fmt.Sprintf("n%d", i), Topic: fmt.Sprintf("t%d", i/subsPerTopic)}, time.Minute))
 	}
-	n.ask(b, &Unsubscribe{Name: "none", Topic: "none"}) // answered after the sends above
+	for _, f := range futures {
+		if _, err := f.Result(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func (n *benchNode) ask(b *testing.B, req interface{}) {
