@@ -69,12 +69,18 @@ func (p *publisher) Stop(t testing.TB) {
 
 // churn subscribes and unsubscribes pairs a second (spread over topics,
 // one in two on hot, unless hot is "") until stop is closed, and counts
-// them.
+// them. hot "echo" makes each pair two requests to an actor that only
+// answers instead: the cost of the request traffic alone.
 func churn(t testing.TB, nd *test.Node, hot string, pairs int, stop chan struct{}) (wait func() int) {
 	subs := make([]*test.Collector, 64)
 	for i := range subs {
 		subs[i] = test.SpawnCounter(nd.System)
 	}
+	echo := nd.System.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*testpb.Stamp); ok {
+			ctx.Respond(ctx.Message())
+		}
+	}))
 	var n atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
@@ -93,6 +99,16 @@ func churn(t testing.TB, nd *test.Node, hot string, pairs int, stop chan struct{
 			due := min(int(time.Since(begin).Seconds()*float64(pairs)), i+pairs/100) // as the publisher
 			for ; i < due; i++ {
 				c, topic := subs[i%len(subs)], hot
+				if hot == "echo" { // the control: two plain requests to an actor, no registry
+					for k := 0; k < 2; k++ {
+						if _, err := nd.System.Root.RequestFuture(echo, &testpb.Stamp{}, 5*time.Second).Result(); err != nil {
+							failed.Store(err)
+							return
+						}
+					}
+					n.Add(1)
+					continue
+				}
 				if i%2 == 1 || hot == "" {
 					topic = fmt.Sprintf("churn-%d", i%1000)
 				}
@@ -257,18 +273,19 @@ func reportLatency(b *testing.B, prefix string, d []time.Duration) {
 
 // BenchmarkChurn is publish-to-subscriber latency on a topic broadcast at
 // 50,000 messages a second, without and with 10,000 subscribe/unsubscribe
-// pairs a second: half of them on that topic (on=feed), or none (on=other,
-// the control: what the requests cost the 2 cores, whatever they change).
+// pairs a second: half of them on that topic (on=feed), or none (on=other:
+// what the requests cost the 2 cores, whatever they change), and the same
+// number of requests to an actor that only answers (on=echo: no registry).
 // Each run lasts 3 s whatever b.N.
 func BenchmarkChurn(b *testing.B) {
 	for _, run := range []struct {
 		pairs int
 		hot   string
-	}{{0, ""}, {10_000, "feed"}, {10_000, ""}} {
+	}{{0, ""}, {10_000, "feed"}, {10_000, ""}, {10_000, "echo"}} {
 		pairs := run.pairs
 		name := fmt.Sprintf("pairs=%d", pairs)
 		if pairs > 0 {
-			name += map[string]string{"feed": "/on=feed", "": "/on=other"}[run.hot]
+			name += map[string]string{"feed": "/on=feed", "": "/on=other", "echo": "/on=echo"}[run.hot]
 		}
 		b.Run(name, func(b *testing.B) {
 			nd := oneNode(b, func(c *echopubsub.Config) { c.MaxQueueLen = 10_000_000 })
