@@ -269,6 +269,14 @@ func (ps *PubSub) ask(req interface{}) error {
 	if ps.stopped() {
 		return ErrStopped
 	}
+	// While the registry actor runs, its change is made here, under its
+	// lock: through the actor it would cost a future and two goroutine
+	// hand-offs, which subscription churn turns into delivery latency.
+	if _, running := ps.rt.System.ProcessRegistry.GetLocal(ps.registry.Id); running {
+		if ok, err := ps.rt.Dispatcher.Apply(ps.registry, req); ok {
+			return err
+		}
+	}
 	res, err := ps.rt.System.Root.RequestFuture(ps.registry, req, ps.rt.Cfg.CallTimeout).Result()
 	if err != nil {
 		return fmt.Errorf("echopubsub: registry: %w", err)

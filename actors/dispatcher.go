@@ -23,7 +23,8 @@ import (
 // subscription table:
 //
 //   - topics is a concurrent map (sync.Map: a hash-trie whose reads take no
-//     lock) from topic to its *topicSubs; only the registry actor writes it.
+//     lock) from topic to its *topicSubs; only the registry writes it, one
+//     change at a time (under its lock).
 //   - a topic's subscriber list is published through an atomic pointer. The
 //     registry appends in place past the end readers see, then publishes the
 //     longer view; it never rewrites an element a reader can see. An
@@ -48,6 +49,7 @@ type Dispatcher struct {
 
 	topics  sync.Map // topic -> *topicSubs; written by the registry only
 	notices atomic.Pointer[noticeSubscriber]
+	reg     atomic.Pointer[registry] // set once, by the first newRegistry
 
 	expiredMu    sync.Mutex // serializes Expired, for its once-per-subscriber pass
 	expiredEpoch uint64     // guarded by expiredMu
@@ -80,7 +82,7 @@ type subscriber struct {
 	// Terminated is acted on only when the process registry no longer
 	// holds it.
 	proc *actor.ActorProcess
-	subs []*subscription // registry only: this subscriber's subscriptions
+	subs []*subscription // registry only (under its lock): this subscriber's subscriptions
 
 	expired uint64 // guarded by Dispatcher.expiredMu: the last Expired pass that reached it
 
@@ -129,7 +131,7 @@ func (d *Dispatcher) topic(topic string) *topicSubs {
 	return v.(*topicSubs)
 }
 
-// Registry side (the registry actor is the only caller).
+// Registry side (the registry is the only caller, under its lock).
 
 // add publishes s as a subscription to topic.
 func (d *Dispatcher) add(topic string, s *subscription) {
