@@ -17,7 +17,9 @@ import (
 // subscriber entry, one subscription) but needs no actor, which is what
 // makes a million of them fit in a benchmark. The timed Subscribes are of
 // real actors spawned with SubscriberMailbox (watched, mailbox measured),
-// the path ps.Subscribe takes, request and reply included.
+// made as ps.Subscribe makes them (Dispatcher.Apply, in the caller's
+// goroutine) and, "via-actor", as a request to the registry actor, reply
+// included.
 
 const subsPerTopic = 10
 
@@ -62,6 +64,12 @@ func (n *benchNode) warmFutures(b *testing.B) {
 	}
 }
 
+func (n *benchNode) apply(b *testing.B, req interface{}) {
+	if ok, err := n.d.Apply(n.registry, req); !ok || err != nil {
+		b.Fatalf("%T: %v %v", req, ok, err)
+	}
+}
+
 func (n *benchNode) ask(b *testing.B, req interface{}) {
 	res, err := n.system.Root.RequestFuture(n.registry, req, 10*time.Second).Result()
 	if err != nil || res.(*Reply).Err != nil {
@@ -95,22 +103,32 @@ func BenchmarkSubscribe(b *testing.B) {
 			fillTook := time.Since(start)
 			after := heapInUse()
 			topics := held / subsPerTopic
-			var sub, unsub time.Duration
+			var sub, unsub, subActor, unsubActor time.Duration
 			i := 0
 			b.ResetTimer()
 			for b.Loop() {
 				pid := sinks[i%len(sinks)]
 				topic := fmt.Sprintf("t%d", (i*7919)%topics)
 				i++
+				// As PubSub.Subscribe does: in the caller's goroutine.
 				t0 := time.Now()
-				n.ask(b, &Subscribe{PID: pid, Topic: topic})
+				n.apply(b, &Subscribe{PID: pid, Topic: topic})
 				t1 := time.Now()
+				n.apply(b, &Unsubscribe{PID: pid, Topic: topic})
+				t2 := time.Now()
+				// As a request to the registry actor.
+				n.ask(b, &Subscribe{PID: pid, Topic: topic})
+				t3 := time.Now()
 				n.ask(b, &Unsubscribe{PID: pid, Topic: topic})
-				unsub += time.Since(t1)
+				unsubActor += time.Since(t3)
+				subActor += t3.Sub(t2)
+				unsub += t2.Sub(t1)
 				sub += t1.Sub(t0)
 			}
 			b.ReportMetric(float64(sub.Nanoseconds())/float64(b.N)/1000, "us/subscribe")
 			b.ReportMetric(float64(unsub.Nanoseconds())/float64(b.N)/1000, "us/unsubscribe")
+			b.ReportMetric(float64(subActor.Nanoseconds())/float64(b.N)/1000, "us/subscribe-via-actor")
+			b.ReportMetric(float64(unsubActor.Nanoseconds())/float64(b.N)/1000, "us/unsubscribe-via-actor")
 			b.ReportMetric(float64(fillTook.Nanoseconds())/float64(held)/1000, "us/fill-subscribe")
 			b.ReportMetric(float64(int64(after)-int64(before))/float64(held), "B/held-sub")
 			b.ReportMetric(0, "ns/op")
