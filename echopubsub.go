@@ -252,7 +252,9 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 // SubscribeNamed subscribes the actor registered under name on this node,
 // resolved at every send: a supervisor may restart it under the same name
 // and it keeps its subscription. While nothing answers to the name, its
-// messages are skipped (an absent consumer, not back-pressure).
+// messages are skipped (an absent consumer, not back-pressure) and counted:
+// when the name is next resolved it first receives a *messages.Missed per
+// topic saying how many it missed, then what follows.
 func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) error {
 	if name == "" {
 		return fmt.Errorf("echopubsub: subscriber name is empty")
@@ -284,8 +286,11 @@ func (ps *PubSub) UnsubscribeNamed(name, topic string) error {
 // PID subscribed twice counts twice). Terminated PIDs are pruned.
 func (ps *PubSub) SubscriberCount(topic string) int { return ps.rt.Dispatcher.SubscriberCount(topic) }
 
-// SetNoticeSubscriber makes pid receive a copy of every back-pressure
-// notice on this node (nil: none).
+// SetNoticeSubscriber makes pid receive a copy of every back-pressure (and
+// *messages.Missed) notice on this node (nil: none). pid must be a local
+// actor spawned with SubscriberMailbox (ErrNotLocal, ErrUnmeasurable): it is
+// bounded at Config.MaxQueueLen like any subscriber, and past it copies are
+// dropped, newest first, with one BackPressure notice about itself.
 func (ps *PubSub) SetNoticeSubscriber(pid *actor.PID) error {
 	return ps.ask(&actors.SetNotices{PID: pid})
 }
@@ -304,6 +309,14 @@ func subOpts(opts []SubscribeOption) (actors.SubOptions, error) {
 func (ps *PubSub) ask(req interface{}) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
+	}
+	// While the registry actor runs, its change is made here, under its
+	// lock: through the actor it would cost a future and two goroutine
+	// hand-offs, which subscription churn turns into delivery latency.
+	if _, running := ps.rt.System.ProcessRegistry.GetLocal(ps.registry.Id); running {
+		if ok, err := ps.rt.Dispatcher.Apply(ps.registry, req); ok {
+			return err
+		}
 	}
 	res, err := ps.rt.System.Root.RequestFuture(ps.registry, req, ps.rt.Cfg.CallTimeout).Result()
 	if err != nil {

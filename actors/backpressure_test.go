@@ -14,7 +14,7 @@ import (
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
-func oneNode(t *testing.T, mutate func(*echopubsub.Config)) *test.Node {
+func oneNode(t testing.TB, mutate func(*echopubsub.Config)) *test.Node {
 	t.Helper()
 	cfg := echopubsub.DefaultConfig("bp")
 	cfg.BatchInterval = 5 * time.Millisecond

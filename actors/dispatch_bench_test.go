@@ -2,6 +2,8 @@ package actors
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -18,7 +20,10 @@ type benchNode struct {
 }
 
 func newBenchNode(b *testing.B) *benchNode {
-	system := actor.NewActorSystem()
+	// protoactor logs to stdout, among the benchmark lines: not here.
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
 	d := newDispatcher(system, system.Address(), zerolog.Nop())
 	reg := system.Root.Spawn(actor.PropsFromProducer(newRegistry(d, 1<<30)))
 	b.Cleanup(system.Shutdown)

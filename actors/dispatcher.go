@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -19,57 +20,177 @@ import (
 //
 // Every delivery path calls it: workers (batches from producers on other
 // nodes), producers (their own node's subscribers, at write time) and
-// LocalBroadcast. Those run on different goroutines, so the subscription
-// table is published as an immutable snapshot: the registry actor is its
-// only writer and swaps in a new copy on every change; readers load it with
-// one atomic read and never lock the table.
+// LocalBroadcast. Those run on different goroutines and never lock the
+// subscription table:
 //
-// The one mutable state per subscriber is whether it is being dropped for.
-// Its check, its transition, the transition's notice and the send happen
-// under the subscriber's own mutex: otherwise a deliverer could drop a
-// message relying on a DROPPING notice that another deliverer has decided
-// on but not yet enqueued, and a third could resume and deliver past the
-// hole first, which the subscriber would see as a silent gap. The mutex is
-// per subscriber, so deliveries to different subscribers never contend.
+//   - topics is a concurrent map (sync.Map: a hash-trie whose reads take no
+//     lock) from topic to its *topicSubs; only the registry writes it, one
+//     change at a time (under its lock).
+//   - a topic's subscriber list is published through an atomic pointer. The
+//     registry appends in place past the end readers see, then publishes the
+//     longer view; it never rewrites an element a reader can see. An
+//     unsubscribed subscription is marked removed (readers skip it) and the
+//     list is compacted into a new array once half of it is removed. So a
+//     Subscribe or Unsubscribe costs amortized O(1), whatever the node holds:
+//     nothing but the topic's own list is ever copied, and that only when it
+//     grows past its capacity or is compacted.
+//
+// The one mutable state per subscriber is whether it is being dropped for
+// (and, for a named subscriber, what it missed while absent). Its check,
+// its transition, the transition's notice and the send happen under the
+// subscriber's own mutex: otherwise a deliverer could drop a message
+// relying on a DROPPING notice that another deliverer has decided on but not
+// yet enqueued, and a third could resume and deliver past the hole first,
+// which the subscriber would see as a silent gap. The mutex is per
+// subscriber, so deliveries to different subscribers never contend.
 type Dispatcher struct {
 	system *actor.ActorSystem
 	node   string
 	log    zerolog.Logger
-	table  atomic.Pointer[table]
+
+	topics  sync.Map // topic -> *topicSubs; written by the registry only
+	notices atomic.Pointer[noticeSubscriber]
+	reg     atomic.Pointer[registry] // set once, by the first newRegistry
+
+	expiredMu    sync.Mutex // serializes Expired, for its once-per-subscriber pass
+	expiredEpoch uint64     // guarded by expiredMu
 }
 
-type table struct {
-	topics map[string][]*subscription
-	// subscribers holds each subscriber once, for CursorExpired.
-	subscribers []*subscriber
-	notices     *actor.PID
+// topicSubs is one topic's subscriptions.
+type topicSubs struct {
+	name string
+	// list is the published view. Its elements are never rewritten: the
+	// registry appends past its end or builds a new array.
+	list atomic.Pointer[[]*subscription]
+	live atomic.Int64 // subscriptions not removed
+
+	// Registry only.
+	arr  []*subscription // the array behind list, as long as list
+	dead int             // removed entries still in arr
 }
 
 // subscriber is one PID, or one registered name resolved at send time.
 type subscriber struct {
-	key       string     // pidKey(pid) or the name
-	pid       *actor.PID // for a name: the PID the name resolves to
+	key string // pidKey(pid) or the name
+	// pid is the subscriber's PID; for a name, the PID the name resolves
+	// to, made on the first send that finds it running (guarded by mu).
+	pid       *actor.PID
 	named     bool
-	mb        *countingMailbox // nil for a name or an unbounded opt-in
 	unbounded bool
 	warned    atomic.Bool
+	mb        *countingMailbox // nil for a name or an unbounded opt-in
+	// proc is the process that was subscribed (PID subscribers): a
+	// Terminated is acted on only when the process registry no longer
+	// holds it.
+	proc *actor.ActorProcess
+	subs []*subscription // registry only (under its lock): this subscriber's subscriptions
+
+	expired uint64 // guarded by Dispatcher.expiredMu: the last Expired pass that reached it
 
 	mu       sync.Mutex // orders check, transition, notice and send (see Dispatcher)
 	dropping bool       // guarded by mu
+	missed   *missedLog // guarded by mu; named subscribers: what they missed while absent
+}
+
+// missedLog is what a named subscriber missed while nothing answered to its
+// name, told to it when it is next resolved.
+type missedLog struct {
+	topics  map[string]uint64
+	expired []*messages.CursorExpired // at most one per producer (node, group)
 }
 
 type subscription struct {
 	sub      *subscriber
-	topic    string
+	t        *topicSubs
 	bound    int
 	withMeta bool
+	removed  atomic.Bool
+}
+
+// noticeSubscriber receives a copy of every notice; it is bounded like any
+// subscriber.
+type noticeSubscriber struct {
+	pid   *actor.PID
+	mb    *countingMailbox
+	bound int
+
+	mu       sync.Mutex // orders check, transition, notice and send, as for a subscriber
+	dropping bool
+	dropped  uint64 // notices dropped since dropping began; guarded by mu
 }
 
 func newDispatcher(system *actor.ActorSystem, node string, log zerolog.Logger) *Dispatcher {
-	d := &Dispatcher{system: system, node: node, log: log}
-	d.table.Store(&table{topics: map[string][]*subscription{}})
-	return d
+	return &Dispatcher{system: system, node: node, log: log}
 }
+
+// topic returns topic's subscriptions, or nil.
+func (d *Dispatcher) topic(topic string) *topicSubs {
+	v, ok := d.topics.Load(topic)
+	if !ok {
+		return nil
+	}
+	return v.(*topicSubs)
+}
+
+// Registry side (the registry is the only caller, under its lock).
+
+// add publishes s as a subscription to topic.
+func (d *Dispatcher) add(topic string, s *subscription) {
+	t := d.topic(topic)
+	if t == nil {
+		t = &topicSubs{name: topic}
+		empty := []*subscription{}
+		t.list.Store(&empty)
+		d.topics.Store(topic, t)
+	}
+	s.t = t
+	if len(t.arr) == cap(t.arr) && t.dead > 0 {
+		t.compact(1)
+	}
+	// append writes past the end of the published view (or copies into a
+	// new array when full): no reader sees that slot until the Store.
+	t.arr = append(t.arr, s)
+	view := t.arr
+	t.list.Store(&view)
+	t.live.Add(1)
+}
+
+// remove unpublishes s: readers skip it from now on.
+func (d *Dispatcher) remove(s *subscription) {
+	if s.removed.Swap(true) {
+		return
+	}
+	t := s.t
+	t.dead++
+	if t.live.Add(-1) == 0 {
+		d.topics.CompareAndDelete(t.name, t)
+		t.arr, t.dead = nil, 0
+		return
+	}
+	if t.dead > len(t.arr)/2 {
+		t.compact(0)
+	}
+}
+
+// compact publishes a new array without the removed entries, with room for
+// extra more. It costs the topic's length, once per len/2 removals.
+func (t *topicSubs) compact(extra int) {
+	live := len(t.arr) - t.dead
+	arr := make([]*subscription, 0, live+live/4+extra)
+	for _, s := range t.arr {
+		if !s.removed.Load() {
+			arr = append(arr, s)
+		}
+	}
+	t.arr, t.dead = arr, 0
+	view := arr
+	t.list.Store(&view)
+}
+
+// setNotices replaces the notice subscriber (nil: none).
+func (d *Dispatcher) setNotices(ns *noticeSubscriber) { d.notices.Store(ns) }
+
+// Delivery side.
 
 // Item is one message for Deliver.
 type Item struct {
@@ -95,15 +216,19 @@ type Item struct {
 // Deliver sends it to every subscriber of its topic, subject to each
 // subscriber's bound.
 func (d *Dispatcher) Deliver(it *Item) {
-	subs := d.table.Load().topics[it.Topic]
-	if len(subs) == 0 {
+	t := d.topic(it.Topic)
+	if t == nil || t.live.Load() == 0 {
 		return
 	}
+	subs := *t.list.Load()
 	if it.Message == nil {
 		it.Message = decode(it)
 	}
 	var meta *messages.Delivery
 	for _, s := range subs {
+		if s.removed.Load() {
+			continue
+		}
 		if (it.Exclude != "" && s.sub.key == it.Exclude) || plant.DropLocal(it.Node == d.node) {
 			continue
 		}
@@ -115,18 +240,19 @@ func (d *Dispatcher) Deliver(it *Item) {
 			}
 			m = meta
 		}
-		d.send(s, m)
+		d.send(s, it.Topic, m)
 	}
 }
 
-// resolve returns where to send for sub: its PID and counting mailbox, or
-// nil when a named subscriber is not running (an absent consumer, skipped).
-func (d *Dispatcher) resolve(sub *subscriber) (*actor.PID, *countingMailbox) {
-	if !sub.named {
-		return sub.pid, sub.mb
-	}
-	if _, ok := d.system.ProcessRegistry.GetLocal(sub.pid.Id); !ok {
+// resolveNamed returns the PID and counting mailbox a named subscriber
+// resolves to now, or nil when nothing answers to its name (an absent
+// consumer). The caller holds sub.mu.
+func (d *Dispatcher) resolveNamed(sub *subscriber) (*actor.PID, *countingMailbox) {
+	if _, ok := d.system.ProcessRegistry.GetLocal(sub.key); !ok {
 		return nil, nil
+	}
+	if sub.pid == nil {
+		sub.pid = actor.NewPID(d.system.Address(), sub.key)
 	}
 	mb := lookupMailbox(sub.pid)
 	if mb == nil && !sub.unbounded && sub.warned.CompareAndSwap(false, true) {
@@ -136,18 +262,29 @@ func (d *Dispatcher) resolve(sub *subscriber) (*actor.PID, *countingMailbox) {
 	return sub.pid, mb
 }
 
-func (d *Dispatcher) send(s *subscription, m interface{}) {
-	pid, mb := d.resolve(s.sub)
-	if pid == nil || (mb != nil && plant.DropAfterResumed(s.sub.key)) {
-		return
-	}
-	if mb == nil { // unbounded (explicit opt-in)
-		d.system.Root.Send(pid, m)
-		return
-	}
+func (d *Dispatcher) send(s *subscription, topic string, m interface{}) {
 	sub := s.sub
+	if !sub.named && sub.mb == nil { // unbounded (explicit opt-in)
+		d.system.Root.Send(sub.pid, m)
+		return
+	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	pid, mb := sub.pid, sub.mb
+	if sub.named {
+		if pid, mb = d.resolveNamed(sub); pid == nil {
+			sub.miss(topic)
+			return
+		}
+		d.tellMissed(sub)
+		if mb == nil {
+			d.system.Root.Send(pid, m)
+			return
+		}
+	}
+	if plant.DropAfterResumed(sub.key) {
+		return
+	}
 	n := mb.UserMessageCount()
 	if n >= s.bound {
 		if !sub.dropping {
@@ -163,9 +300,48 @@ func (d *Dispatcher) send(s *subscription, m interface{}) {
 	d.system.Root.Send(pid, m)
 }
 
+// miss records a message on topic that a named subscriber did not get
+// because nothing answered to its name. The caller holds sub.mu.
+func (sub *subscriber) miss(topic string) {
+	if sub.missed == nil {
+		sub.missed = &missedLog{}
+	}
+	if sub.missed.topics == nil {
+		sub.missed.topics = map[string]uint64{}
+	}
+	sub.missed.topics[topic]++
+}
+
+// tellMissed sends a named subscriber that is running again what it missed
+// while it was not: the CursorExpired notices, then one *messages.Missed
+// per topic, before anything that follows the gap. The caller holds sub.mu.
+func (d *Dispatcher) tellMissed(sub *subscriber) {
+	ml := sub.missed
+	if ml == nil {
+		return
+	}
+	sub.missed = nil
+	for _, ce := range ml.expired {
+		d.system.Root.Send(sub.pid, ce)
+	}
+	topics := make([]string, 0, len(ml.topics))
+	for topic := range ml.topics {
+		topics = append(topics, topic)
+	}
+	sort.Strings(topics)
+	for _, topic := range topics {
+		n := &messages.Missed{Subscriber: sub.key, Topic: topic, Count: ml.topics[topic], Node: d.node}
+		d.system.Root.Send(sub.pid, n)
+		d.copyNotice(sub.pid, n)
+		d.log.Warn().Str("subscriber", sub.key).Str("topic", topic).Uint64("missed", n.Count).
+			Msg("named subscriber is back: told what it missed while nothing answered to its name")
+	}
+}
+
 // notice sends one BackPressure transition to the subscriber and to the
-// notice subscriber. Notices bypass the bound: the notice that a subscriber
-// is being dropped for must not be the first casualty of the dropping.
+// notice subscriber. Notices bypass the subscriber's bound: the notice that
+// a subscriber is being dropped for must not be the first casualty of the
+// dropping.
 func (d *Dispatcher) notice(pid *actor.PID, s *subscription, state messages.BackPressureState, queued int) {
 	sev := messages.Severity_SEVERITY_WARNING
 	ev := d.log.Warn()
@@ -177,24 +353,98 @@ func (d *Dispatcher) notice(pid *actor.PID, s *subscription, state messages.Back
 		Bound: uint32(s.bound), QueueLen: uint64(queued), Node: d.node}
 	d.system.Root.Send(pid, n)
 	plant.Noticed(s.sub.key, state == messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED)
-	if notices := d.table.Load().notices; notices != nil && !notices.Equal(pid) {
-		d.system.Root.Send(notices, n)
-	}
+	d.copyNotice(pid, n)
 	ev.Str("subscriber", s.sub.key).Int("bound", s.bound).Int("queue_len", queued).
 		Str("state", state.String()).Msg("subscriber back-pressure")
 }
 
-// Expired tells every local subscriber that messages from producer
-// (node, group) were lost. Like a notice, it bypasses the bound.
+// copyNotice sends the notice subscriber a copy of n (a notice addressed to
+// about), under its own bound: past it, copies are dropped, newest first,
+// and it is told so once with a BackPressure notice about itself, and once
+// more when copies resume.
+func (d *Dispatcher) copyNotice(about *actor.PID, n proto.Message) {
+	ns := d.notices.Load()
+	if ns == nil || ns.pid.Equal(about) {
+		return
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	q := ns.mb.UserMessageCount()
+	if q >= ns.bound {
+		ns.dropped++
+		if !ns.dropping {
+			ns.dropping = true
+			d.system.Root.Send(ns.pid, &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING,
+				Severity: messages.Severity_SEVERITY_WARNING, Subscriber: pidKey(ns.pid), Bound: uint32(ns.bound),
+				QueueLen: uint64(q), Node: d.node})
+			d.log.Warn().Str("subscriber", pidKey(ns.pid)).Int("bound", ns.bound).Int("queue_len", q).
+				Msg("notice subscriber back-pressure: dropping notice copies")
+		}
+		return
+	}
+	if ns.dropping {
+		ns.dropping = false
+		d.system.Root.Send(ns.pid, &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED,
+			Severity: messages.Severity_SEVERITY_INFO, Subscriber: pidKey(ns.pid), Bound: uint32(ns.bound),
+			QueueLen: uint64(q), Node: d.node})
+		d.log.Info().Str("subscriber", pidKey(ns.pid)).Uint64("dropped", ns.dropped).
+			Msg("notice subscriber resumed")
+		ns.dropped = 0
+	}
+	d.system.Root.Send(ns.pid, n)
+}
+
+// Expired tells every local subscriber, once, that messages from producer
+// (node, group) were lost. Like a notice, it bypasses the bound; a named
+// subscriber that is not running gets it when it is next resolved.
 func (d *Dispatcher) Expired(ce *messages.CursorExpired) {
-	t := d.table.Load()
-	for _, sub := range t.subscribers {
-		if pid, _ := d.resolve(sub); pid != nil {
-			d.system.Root.Send(pid, ce)
+	d.expiredMu.Lock()
+	defer d.expiredMu.Unlock()
+	d.expiredEpoch++
+	epoch, told := d.expiredEpoch, 0
+	d.topics.Range(func(_, v any) bool {
+		for _, s := range *v.(*topicSubs).list.Load() {
+			if s.removed.Load() || s.sub.expired == epoch {
+				continue
+			}
+			s.sub.expired = epoch
+			told++
+			d.expire(s.sub, ce)
+		}
+		return true
+	})
+	d.log.Warn().Str("producer", ce.Node).Uint32("group", ce.Group).Uint64("missed", ce.Missed).
+		Str("reason", ce.Reason).Int("subscribers", told).Msg("cursor expired: subscribers told to reload")
+}
+
+func (d *Dispatcher) expire(sub *subscriber, ce *messages.CursorExpired) {
+	if !sub.named {
+		d.system.Root.Send(sub.pid, ce)
+		return
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if pid, _ := d.resolveNamed(sub); pid != nil {
+		d.tellMissed(sub)
+		d.system.Root.Send(pid, ce)
+		return
+	}
+	if sub.missed == nil {
+		sub.missed = &missedLog{}
+	}
+	for i, old := range sub.missed.expired {
+		if old.Node == ce.Node && old.Group == ce.Group { // one per producer: merged
+			merged := proto.Clone(ce).(*messages.CursorExpired)
+			if old.Missed == 0 || ce.Missed == 0 {
+				merged.Missed = 0 // unknown
+			} else {
+				merged.Missed = old.Missed + ce.Missed
+			}
+			sub.missed.expired[i] = merged
+			return
 		}
 	}
-	d.log.Warn().Str("producer", ce.Node).Uint32("group", ce.Group).Uint64("missed", ce.Missed).
-		Str("reason", ce.Reason).Int("subscribers", len(t.subscribers)).Msg("cursor expired: subscribers told to reload")
+	sub.missed.expired = append(sub.missed.expired, ce)
 }
 
 // decode decodes it's payload. A payload this node cannot decode is
@@ -220,5 +470,8 @@ func decode(it *Item) proto.Message {
 
 // SubscriberCount is the number of subscriptions to topic.
 func (d *Dispatcher) SubscriberCount(topic string) int {
-	return len(d.table.Load().topics[topic])
+	if t := d.topic(topic); t != nil {
+		return int(t.live.Load())
+	}
+	return 0
 }

@@ -111,7 +111,7 @@ func newFuzzWorker() *fuzzWorker {
 	log := zerolog.New(m)
 	d := newDispatcher(system, "worker-node", log)
 	sub := &subscriber{key: "sink", pid: sink, unbounded: true}
-	d.table.Store(&table{topics: map[string][]*subscription{"t": {{sub: sub, topic: "t", bound: 1 << 30}}}, subscribers: []*subscriber{sub}})
+	d.add("t", &subscription{sub: sub, bound: 1 << 30})
 	cfg := DefaultConfig("fz")
 	return &fuzzWorker{w: newWorker(cfg, 1, "worker-node", 7, time.Now(), d, m, noopMetrics(cfg), log)(), m: m, cfg: cfg, group: 1}
 }

@@ -1820,6 +1820,80 @@ func (x *SessionMessage) GetMessage() *anypb.Any {
 	return nil
 }
 
+// Missed is the notice a subscriber registered by name receives when it is
+// resolved again after messages for its topics were delivered while nothing
+// answered to its name: `count` messages on `topic` did not reach it. It is
+// sent before anything else that follows the gap, once per topic, and the
+// notice subscriber gets a copy.
+type Missed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The subscriber concerned: its registered name.
+	Subscriber    string `protobuf:"bytes,1,opt,name=subscriber,proto3" json:"subscriber,omitempty"`
+	Topic         string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Count         uint64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Missed) Reset() {
+	*x = Missed{}
+	mi := &file_echopubsub_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Missed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Missed) ProtoMessage() {}
+
+func (x *Missed) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Missed.ProtoReflect.Descriptor instead.
+func (*Missed) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Missed) GetSubscriber() string {
+	if x != nil {
+		return x.Subscriber
+	}
+	return ""
+}
+
+func (x *Missed) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *Missed) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Missed) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 var File_echopubsub_proto protoreflect.FileDescriptor
 
 const file_echopubsub_proto_rawDesc = "" +
@@ -1964,7 +2038,14 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\v2\x14.google.protobuf.AnyR\amessage\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x91\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\x06Missed\x12\x1e\n" +
+	"\n" +
+	"subscriber\x18\x01 \x01(\tR\n" +
+	"subscriber\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node*\x91\x01\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -2009,7 +2090,7 @@ func file_echopubsub_proto_rawDescGZIP() []byte {
 }
 
 var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_echopubsub_proto_goTypes = []any{
 	(AckStatus)(0),            // 0: echopubsub.v1.AckStatus
 	(Severity)(0),             // 1: echopubsub.v1.Severity
@@ -2033,22 +2114,23 @@ var file_echopubsub_proto_goTypes = []any{
 	(*SessionPressure)(nil),   // 19: echopubsub.v1.SessionPressure
 	(*SessionClosed)(nil),     // 20: echopubsub.v1.SessionClosed
 	(*SessionMessage)(nil),    // 21: echopubsub.v1.SessionMessage
-	nil,                       // 22: echopubsub.v1.SessionMessage.ContextEntry
-	(*anypb.Any)(nil),         // 23: google.protobuf.Any
+	(*Missed)(nil),            // 22: echopubsub.v1.Missed
+	nil,                       // 23: echopubsub.v1.SessionMessage.ContextEntry
+	(*anypb.Any)(nil),         // 24: google.protobuf.Any
 }
 var file_echopubsub_proto_depIdxs = []int32{
 	8,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
 	0,  // 1: echopubsub.v1.BatchAck.status:type_name -> echopubsub.v1.AckStatus
 	0,  // 2: echopubsub.v1.RegisterAck.status:type_name -> echopubsub.v1.AckStatus
-	23, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
+	24, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
 	2,  // 4: echopubsub.v1.BackPressure.state:type_name -> echopubsub.v1.BackPressureState
 	1,  // 5: echopubsub.v1.BackPressure.severity:type_name -> echopubsub.v1.Severity
 	3,  // 6: echopubsub.v1.SessionPressure.state:type_name -> echopubsub.v1.SessionPressureState
 	1,  // 7: echopubsub.v1.SessionPressure.severity:type_name -> echopubsub.v1.Severity
 	4,  // 8: echopubsub.v1.SessionClosed.reason:type_name -> echopubsub.v1.SessionCloseReason
 	5,  // 9: echopubsub.v1.SessionMessage.kind:type_name -> echopubsub.v1.SessionMessageKind
-	22, // 10: echopubsub.v1.SessionMessage.context:type_name -> echopubsub.v1.SessionMessage.ContextEntry
-	23, // 11: echopubsub.v1.SessionMessage.message:type_name -> google.protobuf.Any
+	23, // 10: echopubsub.v1.SessionMessage.context:type_name -> echopubsub.v1.SessionMessage.ContextEntry
+	24, // 11: echopubsub.v1.SessionMessage.message:type_name -> google.protobuf.Any
 	12, // [12:12] is the sub-list for method output_type
 	12, // [12:12] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
@@ -2067,7 +2149,7 @@ func file_echopubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_echopubsub_proto_rawDesc), len(file_echopubsub_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

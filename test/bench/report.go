@@ -450,6 +450,12 @@ func (rp *report) markdown() string {
 	if rp.GoBench != "" {
 		w("## Go micro-benchmarks of the hot paths\n\n`go test -run '^$' -bench 'BenchmarkWrite$|BenchmarkBatch|BenchmarkFanOut' ./ringbuf/ ./messages/ ./actors/` (same run):\n\n```\n%s\n```\n\n", rp.GoBench)
 	}
+	// Subscriptions at scale (issue 19) are measured by Go benchmarks run on
+	// their own (they take minutes and gigabytes): their section is kept in
+	// a file of its own, with the command that reproduces it.
+	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "bench", "subscriptions.md")); err == nil {
+		w("%s\n\n", strings.TrimSpace(string(a)))
+	}
 	var prof []result
 	for _, r := range rp.results {
 		if len(r.Profiles) > 0 {
