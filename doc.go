@@ -94,8 +94,11 @@
 // node holds a million subscriptions (measured: BenchmarkSubscribe in
 // package actors, docs/benchmarks.md "Subscriptions"). Delivery reads the
 // topic table without a lock: topics live in a concurrent map, each topic's
-// list behind an atomic pointer; the registry actor is its only writer. A
-// subscriber receives every message broadcast after its Subscribe returned.
+// list behind an atomic pointer. The registry is its only writer, one change
+// at a time under its lock; Subscribe makes its change in the caller's
+// goroutine (a few microseconds), the registry actor handles terminations.
+// A subscriber receives every message broadcast after its Subscribe
+// returned.
 // The registry's memory is about 230 bytes a subscription, plus the watch
 // protoactor keeps in the subscriber (about 600 bytes, once per actor).
 //
