@@ -287,6 +287,9 @@ func TestExpiryNoticeIsRetriedAndProducerSurvives(t *testing.T) {
 	cfg.BufferSize = 4
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
+	// About the Expire call to a joined node (a node cut off before its join
+	// is told in its join: TestStartupPartitionLongerThanBuffer).
+	waitJoined(t, nodes)
 	test.Partition(nodes, 1)
 	for i := uint64(1); i <= 6; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
