@@ -17,6 +17,7 @@ import (
 	"github.com/echopubsub/echopubsub/actors"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/supervision"
 )
 
 // Config is the configuration of one pubsub; see actors.Config for every
@@ -195,10 +196,20 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 // they start, asynchronously, so a child may not exist at the first ask.
 func (ps *PubSub) waitReady() error {
 	deadline := time.Now().Add(ps.rt.Cfg.CallTimeout)
+	// The root answers after its Started spawned the registry and the pool
+	// groups; each group answers after its Started spawned its producer and
+	// worker; only then are they asked themselves (see supervision.ReadyQuery:
+	// a message racing a spawn can crash the sender).
 	targets := []struct {
 		pid *actor.PID
 		msg interface{}
 	}{{ps.root, &actors.MembersQuery{}}}
+	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
+		targets = append(targets, struct {
+			pid *actor.PID
+			msg interface{}
+		}{ps.rt.GroupPID(uint32(g)), &supervision.ReadyQuery{}})
+	}
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
 		targets = append(targets, struct {
 			pid *actor.PID

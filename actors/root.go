@@ -105,6 +105,11 @@ func (rt *Runtime) RegistryPID() *actor.PID {
 	return actor.NewPID(rt.System.Address(), RootName(rt.Cfg.Name)+"/registry")
 }
 
+// GroupPID is the supervisor of pool group group's producer and worker.
+func (rt *Runtime) GroupPID(group uint32) *actor.PID {
+	return actor.NewPID(rt.System.Address(), fmt.Sprintf("%s/g%d", RootName(rt.Cfg.Name), group))
+}
+
 func (rt *Runtime) ProducerPID(group uint32) *actor.PID {
 	return actor.NewPID(rt.System.Address(), fmt.Sprintf("%s/g%d/producer", RootName(rt.Cfg.Name), group))
 }

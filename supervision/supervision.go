@@ -84,8 +84,21 @@ type supervisor struct {
 	stopping bool
 }
 
+// ReadyQuery asks a supervisor built by Props whether its children exist: it
+// answers *Ready once its Started ran, which spawned them. Ask it before
+// messaging a child: protoactor registers a spawned actor's PID before its
+// mailbox can schedule, so a message that races the spawn can panic
+// (actor.defaultSpawner, mailbox.schedule), while one sent after SpawnNamed
+// returned cannot.
+type ReadyQuery struct{}
+
+// Ready answers ReadyQuery.
+type Ready struct{}
+
 func (s *supervisor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *ReadyQuery:
+		ctx.Respond(&Ready{})
 	case *actor.Started:
 		for _, c := range s.children {
 			if _, err := ctx.SpawnNamed(c.Props, c.Name); err != nil {
