@@ -107,13 +107,7 @@ func TestNewJoinerGetsOnlyLaterMessages(t *testing.T) {
 	cfg := fastConfig()
 	log := test.Logger(t, zerolog.InfoLevel)
 	// Three remotes, all listed; the third starts its pubsub late.
-	var nodes []*test.Node
-	var addrs []string
-	for i := 0; i < 3; i++ {
-		system, r := test.StartRemote(t, log)
-		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-		addrs = append(addrs, system.Address())
-	}
+	nodes, addrs := test.NewNodes(t, 3, log)
 	static := func() echopubsub.Option { return echopubsub.WithMembership(cluster.NewStatic(addrs...)) }
 	// No registration with node 2 is in flight while 1..3 are written
 	// (one sent before could otherwise arrive just after node 2 starts).
@@ -343,13 +337,7 @@ func TestCapacityWarning(t *testing.T) {
 func TestWritesWhileBeingReachedAreDelivered(t *testing.T) {
 	cfg := fastConfig()
 	log := test.Logger(t, zerolog.InfoLevel)
-	var nodes []*test.Node
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		system, r := test.StartRemote(t, log)
-		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-		addrs = append(addrs, system.Address())
-	}
+	nodes, addrs := test.NewNodes(t, 2, log)
 	nodes[0].Faults.Cut(nodes[1].Addr) // node 0 cannot reach node 1 yet
 	for _, nd := range nodes {
 		nd.Start(t, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)))

@@ -107,13 +107,7 @@ func (crashingProducer) Acked(string, proto.Message)         {}
 // of accepting broadcasts it cannot deliver.
 func TestDeadAfterRestartLimit(t *testing.T) {
 	log := test.Logger(t, zerolog.ErrorLevel) // every crash logs; the test reads Done and Err
-	var nodes []*test.Node
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		system, r := test.StartRemote(t, log)
-		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-		addrs = append(addrs, system.Address())
-	}
+	nodes, addrs := test.NewNodes(t, 2, log)
 	nodes[0].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)), echopubsub.WithFaultHook(crashingProducer{}))
 	nodes[1].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)))
 	ps := nodes[0].PS

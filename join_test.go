@@ -150,13 +150,7 @@ func TestLateOrLostHandshakeNeitherExpiresNorDuplicates(t *testing.T) {
 			cfg := fastConfig()
 			cfg.CallTimeout = tc.timeout
 			log := test.Logger(t, zerolog.InfoLevel)
-			var nodes []*test.Node
-			var addrs []string
-			for i := 0; i < 2; i++ {
-				system, r := test.StartRemote(t, log)
-				nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-				addrs = append(addrs, system.Address())
-			}
+			nodes, addrs := test.NewNodes(t, 2, log)
 			held := holdFirst(nodes[1], tc.hold, tc.match)
 			var cs []*test.Collector
 			for _, nd := range nodes {
@@ -187,13 +181,7 @@ func TestStartupPartitionLongerThanBuffer(t *testing.T) {
 	cfg := fastConfig()
 	cfg.BufferSize = 10
 	log := test.Logger(t, zerolog.InfoLevel)
-	var nodes []*test.Node
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		system, r := test.StartRemote(t, log)
-		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-		addrs = append(addrs, system.Address())
-	}
+	nodes, addrs := test.NewNodes(t, 2, log)
 	nodes[0].Faults.Cut(nodes[1].Addr)
 	for _, nd := range nodes {
 		nd.Start(t, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)))

@@ -120,13 +120,7 @@ func TestMetricsAndEventsMove(t *testing.T) {
 	cfg.CapacityWarningThreshold = 0.5
 	log := test.Logger(t, zerolog.InfoLevel)
 	m0, m1 := newMeter(t), newMeter(t)
-	var nodes []*test.Node
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		system, r := test.StartRemote(t, log)
-		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-		addrs = append(addrs, system.Address())
-	}
+	nodes, addrs := test.NewNodes(t, 2, log)
 	ev := watchEvents(t, nodes[0])
 	for i, m := range []*meter{m0, m1} {
 		nodes[i].Start(t, cfg, staticOf(addrs), echopubsub.WithMeterProvider(m.mp))
@@ -178,13 +172,7 @@ func TestMetricsAndEventsMove(t *testing.T) {
 func TestHealthAndReadiness(t *testing.T) {
 	cfg := fastConfig()
 	log := test.Logger(t, zerolog.InfoLevel)
-	var nodes []*test.Node
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		system, r := test.StartRemote(t, log)
-		nodes = append(nodes, &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log})
-		addrs = append(addrs, system.Address())
-	}
+	nodes, addrs := test.NewNodes(t, 2, log)
 	nodes[0].Start(t, cfg, staticOf(addrs)) // node 1 listed, not started yet
 	srv := httptest.NewServer(echopubsub.HealthHandler(nodes[0].PS))
 	t.Cleanup(srv.Close)

@@ -410,11 +410,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 			p.m.roundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.attrs)
 			ctx.ActorSystem().EventStream.Publish(&Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
 			p.acked(pe, ack.NextCursor)
-			if pe.failures > 0 {
-				p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
-			}
-			pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
-			pe.gauge.failures.Store(0)
+			p.answered(pe)
 			if pe.held || p.drainTo != nil || (pe.flight == 0 && pe.next < p.ring.WriteCursor() && p.cfg.BatchInterval == 0) {
 				p.service(ctx, pe)
 			} else if pe.sent < p.ring.WriteCursor() {
@@ -695,11 +691,7 @@ func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck fu
 		}
 		pe.inFlight = false
 		if err == nil && onAck(res) {
-			if pe.failures > 0 {
-				p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
-			}
-			pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
-			pe.gauge.failures.Store(0)
+			p.answered(pe)
 			return
 		}
 		if err == nil {
@@ -707,6 +699,15 @@ func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck fu
 		}
 		p.failed(ctx, pe, err)
 	})
+}
+
+// answered records that pe answered a call: its failures end.
+func (p *producer) answered(pe *peer) {
+	if pe.failures > 0 {
+		p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
+	}
+	pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
+	pe.gauge.failures.Store(0)
 }
 
 // failed leaves pe's cursor where it is and retries after RetryInterval. It

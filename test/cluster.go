@@ -305,3 +305,17 @@ func (f *Faults) Acked(from string, req proto.Message) {
 		fn(from, req)
 	}
 }
+
+// NewNodes starts n remotes on free loopback ports, with no pubsub yet (see
+// Node.Start), and returns them with their addresses, in order.
+func NewNodes(t testing.TB, n int, log zerolog.Logger) ([]*Node, []string) {
+	t.Helper()
+	var nodes []*Node
+	var addrs []string
+	for i := 0; i < n; i++ {
+		system, r := StartRemote(t, log)
+		nodes = append(nodes, &Node{System: system, Remote: r, Addr: system.Address(), Faults: NewFaults(), Log: log})
+		addrs = append(addrs, system.Address())
+	}
+	return nodes, addrs
+}
