@@ -426,10 +426,14 @@ func TestCheckerCatchesSilentTail(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		g := genValid(t)
 		p := g.pubs[rapid.IntRange(0, len(g.pubs)-1).Draw(t, "pub")]
-		from := uint64(rapid.IntRange(1, len(p.sentAt)+1).Draw(t, "from"))
+		if len(p.sentAt) == 0 {
+			t.Skip("nothing to cut")
+		}
+		// Cut at least one message: from is at most the last one sent.
+		from := uint64(rapid.IntRange(1, len(p.sentAt)).Draw(t, "from"))
 		events := withoutSeqs(g.events, p.name, from, ^uint64(0))
 		if len(g.uncovered(events)) == 0 {
-			t.Skip("explained, or nothing cut")
+			t.Skip("explained")
 		}
 		r := runEvents(g, events)
 		if r.Counts.SilentGaps == 0 {
