@@ -170,9 +170,10 @@ type producer struct {
 	restarted   bool
 	lastWarn    time.Time
 	drainTo     *actor.PID // who asked Drain; nil when not draining
-	// published and delivered count writes (and own-node deliveries) since
-	// the last flush, when they go to the metrics.
-	published, delivered int64
+	// metered is the write cursor the metrics have counted up to; delivered
+	// the own-node deliveries since (both recorded at each flush).
+	metered   uint64
+	delivered int64
 }
 
 func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
@@ -284,7 +285,6 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
 	}
-	p.published++ // recorded at the next flush: metrics cost per flush, not per message
 	if e.OnlyNode == "" || e.OnlyNode == p.node {
 		p.delivered++
 		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
@@ -294,10 +294,10 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 }
 
 func (p *producer) flushAll(ctx actor.Context) {
-	if p.published > 0 {
-		p.m.published.Add(context.Background(), p.published, p.gm)
+	if w := p.ring.WriteCursor(); w > p.metered { // metrics cost per flush, not per message
+		p.m.published.Add(context.Background(), int64(w-p.metered), p.gm)
 		p.m.delivered.Add(context.Background(), p.delivered, p.gm)
-		p.published, p.delivered = 0, 0
+		p.metered, p.delivered = w, 0
 	}
 	for _, pe := range p.peers {
 		p.service(ctx, pe)
@@ -389,19 +389,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	pe.next = plant.Advance(pe.next, target)
 	sent := time.Now()
 	p.m.batchesSent.Add(context.Background(), 1, pe.gauge.attrs)
-	if p.hook != nil {
-		if err := p.hook.Send(pe.m.Name, req); err != nil {
-			pe.flight--
-			p.rewind(pe)
-			p.failed(ctx, pe, err)
-			return
-		}
-	}
-	f := ctx.RequestFuture(pe.worker, req, p.cfg.CallTimeout)
-	ctx.ReenterAfter(f, func(res interface{}, err error) {
-		if p.dead || p.peers[pe.m.Name] != pe {
-			return // a stale continuation of a restarted producer or a forgotten peer
-		}
+	p.request(ctx, pe, req, func(res interface{}, err error) {
 		pe.flight--
 		ack, ok := res.(*messages.BatchAck)
 		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OK {
@@ -677,18 +665,7 @@ func (p *producer) nack(pe *peer, res interface{}) bool {
 // on the producer's goroutine. onAck returns false for a negative answer.
 func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck func(res interface{}) bool) {
 	pe.inFlight = true
-	if p.hook != nil {
-		if err := p.hook.Send(pe.m.Name, req); err != nil {
-			pe.inFlight = false
-			p.failed(ctx, pe, err)
-			return
-		}
-	}
-	f := ctx.RequestFuture(pe.worker, req, p.cfg.CallTimeout)
-	ctx.ReenterAfter(f, func(res interface{}, err error) {
-		if p.dead || p.peers[pe.m.Name] != pe {
-			return // a stale continuation of a restarted producer or a forgotten peer
-		}
+	p.request(ctx, pe, req, func(res interface{}, err error) {
 		pe.inFlight = false
 		if err == nil && onAck(res) {
 			p.answered(pe)
@@ -698,6 +675,26 @@ func (p *producer) call(ctx actor.Context, pe *peer, req proto.Message, onAck fu
 			err = fmt.Errorf("%s", pe.lastErr)
 		}
 		p.failed(ctx, pe, err)
+	})
+}
+
+// request sends req to pe's worker and runs done with the answer on the
+// producer's goroutine; a send the fault hook refuses is answered at once
+// with its error. A continuation of a restarted producer or a forgotten peer
+// is dropped.
+func (p *producer) request(ctx actor.Context, pe *peer, req proto.Message, done func(res interface{}, err error)) {
+	if p.hook != nil {
+		if err := p.hook.Send(pe.m.Name, req); err != nil {
+			done(nil, err)
+			return
+		}
+	}
+	f := ctx.RequestFuture(pe.worker, req, p.cfg.CallTimeout)
+	ctx.ReenterAfter(f, func(res interface{}, err error) {
+		if p.dead || p.peers[pe.m.Name] != pe {
+			return
+		}
+		done(res, err)
 	})
 }
 
