@@ -225,18 +225,16 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	if err := m.Validate(); err != nil {
 		return w.reject("batch", m.ProducerNode, err)
 	}
-	k := w.table.producers[m.ProducerNode]
-	if k == nil || k.incarnation != m.ProducerIncarnation {
-		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	k := w.producer(m.ProducerNode, m.ProducerIncarnation)
+	if k == nil {
+		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
-	k.seen = time.Now()
 	if m.FirstCursor > k.expected {
 		// A batch before this one was lost on the way: take nothing, and
 		// say where to resume. Never a hole in the delivered stream.
-		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
+		return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
 	}
 	delivered := int64(0)
-	defer func() { w.m.delivered.Add(context.Background(), delivered, w.m.group(w.group)) }()
 	it := Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation}
 	types := make([]protoreflect.MessageType, len(m.PayloadTypes)) // resolved once per batch, when needed
 	entries := m.Entries()
@@ -265,23 +263,23 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 			w.hook.Delivered(m.ProducerNode, c)
 		}
 	}
-	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	w.m.delivered.Add(context.Background(), delivered, w.m.group(w.group))
+	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
 }
 
 func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
 		return w.reject("expire", m.ProducerNode, err)
 	}
-	k := w.table.producers[m.ProducerNode]
-	if k == nil || k.incarnation != m.ProducerIncarnation {
-		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	k := w.producer(m.ProducerNode, m.ProducerIncarnation)
+	if k == nil {
+		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
-	k.seen = time.Now()
 	if m.NextCursor > k.expected { // a retried Expire whose ack was lost is not told twice
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
-	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
 }
 
 // retire ends a producer incarnation that stopped gracefully.
@@ -289,22 +287,37 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
 		return w.reject("retire", m.ProducerNode, err)
 	}
-	k := w.table.producers[m.ProducerNode]
-	if k == nil || k.incarnation != m.ProducerIncarnation {
-		return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	k := w.producer(m.ProducerNode, m.ProducerIncarnation)
+	if k == nil {
+		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
-	k.seen = time.Now()
 	if m.FinalCursor > k.expected {
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
 			Reason: "producer stopped before this node got everything"})
 		k.expected = m.FinalCursor
 	}
 	k.retired = true
-	return &messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: k.expected, WorkerNode: w.node, WorkerIncarnation: w.inc}
+	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
 }
 
 // expired tells this node's subscribers, and counts it.
 func (w *worker) expired(ce *messages.CursorExpired) {
 	w.m.expiredReceived.Add(context.Background(), 1, w.m.group(w.group))
 	w.d.Expired(ce)
+}
+
+// producer is the table's entry for this producer incarnation, marked heard
+// from now; nil when the worker does not hold that incarnation.
+func (w *worker) producer(node string, inc uint64) *known {
+	k := w.table.producers[node]
+	if k == nil || k.incarnation != inc {
+		return nil
+	}
+	k.seen = time.Now()
+	return k
+}
+
+// ack answers a Batch, Expire or Retire.
+func (w *worker) ack(status messages.AckStatus, next uint64) *messages.BatchAck {
+	return &messages.BatchAck{Status: status, NextCursor: next, WorkerNode: w.node, WorkerIncarnation: w.inc}
 }
