@@ -61,7 +61,6 @@ type Metrics struct {
 	roundTrip                       metric.Float64Histogram
 	gauges                          sync.Map // gaugeKey -> *peerGauge
 	registration                    metric.Registration
-	pubsub                          string
 	groupAttrs                      []metric.MeasurementOption
 	pubsubAttr                      attribute.KeyValue
 	lagGauge, fillGauge, failsGauge metric.Int64ObservableGauge
@@ -84,7 +83,7 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	m := &Metrics{pubsub: pubsub, pubsubAttr: attribute.String("pubsub", pubsub)}
+	m := &Metrics{pubsubAttr: attribute.String("pubsub", pubsub)}
 	meter := mp.Meter("github.com/echopubsub/echopubsub")
 	var err error
 	counter := func(name, desc string) metric.Int64Counter {

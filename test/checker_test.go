@@ -154,15 +154,6 @@ func runEvents(g *genStream, events []interface{}, prepare ...func(*Checker)) Re
 
 func stampOf(d *messages.Delivery) *testpb.Stamp { return d.Message.(*testpb.Stamp) }
 
-func (g *genStream) pub(name string) *genPub {
-	for _, p := range g.pubs {
-		if p.name == name {
-			return p
-		}
-	}
-	return nil
-}
-
 // firstAfter: the first seq p broadcast after the subscriber subscribed.
 func (g *genStream) firstAfter(p *genPub) uint64 {
 	for i, at := range p.sentAt {
