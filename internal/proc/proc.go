@@ -151,6 +151,11 @@ func Start(ctx context.Context, s Spec) (*Proc, error) {
 	case <-p.ready:
 		return p, nil
 	case <-p.exited:
+		select {
+		case <-p.ready: // ready, then gone: the caller sees the exit
+			return p, nil
+		default:
+		}
 		return nil, fmt.Errorf("%s exited before it was ready: %v%s", s.Name, p.waitErr, seeLog(s.Log))
 	case <-timer.C:
 		err = fmt.Errorf("%s not ready within %v%s", s.Name, timeout, seeLog(s.Log))
@@ -212,10 +217,8 @@ func (p *Proc) Ready(v any) error {
 // reply, which it decodes into reply (unless reply is nil). A reply with
 // "err" is an error (reply is decoded all the same).
 func (p *Proc) Call(req Request, reply any, timeout time.Duration) error {
-	select {
-	case <-p.exited:
+	if p.hasExited() {
 		return fmt.Errorf("%s: %w", p.name, ErrExited)
-	default:
 	}
 	ch := make(chan []byte, 1)
 	p.mu.Lock()
@@ -293,7 +296,9 @@ func (p *Proc) Quit(req Request, timeout time.Duration) error {
 // ends, and then kills it and says so. The child's exit status is not an
 // error here: see ExitState and Err.
 func (p *Proc) Stop(ctx context.Context) error {
-	_ = p.terminate()
+	if !p.hasExited() {
+		_ = p.terminate()
+	}
 	select {
 	case <-p.exited:
 		p.closeStdin()
@@ -308,15 +313,33 @@ func (p *Proc) Stop(ctx context.Context) error {
 // Kill sends SIGKILL (to the group, with Spec.Group) and waits up to 10 s
 // for the child to be reaped.
 func (p *Proc) Kill() error {
-	_ = p.kill()
+	if !p.hasExited() {
+		_ = p.kill()
+	}
 	if p.waitExit(10 * time.Second) {
 		return nil
 	}
 	return fmt.Errorf("%s not reaped 10s after SIGKILL", p.name)
 }
 
-// Signal sends sig to the child (to its group, with Spec.Group).
-func (p *Proc) Signal(sig os.Signal) error { return p.signal(sig) }
+// Signal sends sig to the child (to its group, with Spec.Group). Once the
+// child has exited it sends nothing: its process id (and group id) may be
+// another process's by then.
+func (p *Proc) Signal(sig os.Signal) error {
+	if p.hasExited() {
+		return fmt.Errorf("%s: %w", p.name, ErrExited)
+	}
+	return p.signal(sig)
+}
+
+func (p *Proc) hasExited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
 
 func (p *Proc) waitExit(timeout time.Duration) bool {
 	timer := time.NewTimer(timeout)
@@ -336,23 +359,19 @@ func (p *Proc) Exited() <-chan struct{} { return p.exited }
 
 // ExitState is the child's exit state once it exited (nil before).
 func (p *Proc) ExitState() *os.ProcessState {
-	select {
-	case <-p.exited:
-		return p.cmd.ProcessState
-	default:
+	if !p.hasExited() {
 		return nil
 	}
+	return p.cmd.ProcessState
 }
 
 // Err is Wait's error once the child exited (nil before, and after a zero
 // exit status).
 func (p *Proc) Err() error {
-	select {
-	case <-p.exited:
-		return p.waitErr
-	default:
+	if !p.hasExited() {
 		return nil
 	}
+	return p.waitErr
 }
 
 // Pid is the child's process id.
