@@ -1,4 +1,4 @@
-package actors
+package stream
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/echopubsub/echopubsub/actors/delivery"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -53,19 +56,26 @@ type workerTable struct {
 }
 
 type worker struct {
-	cfg     Config
+	cfg     core.Config
 	group   uint32
 	node    string
 	inc     uint64    // this node's incarnation
 	started time.Time // when this node's pubsub started (monotonic)
 	table   *workerTable
-	d       *Dispatcher
-	hook    FaultHook
-	m       *Metrics
+	d       *delivery.Dispatcher
+	hook    faults.Hook
+	m       *core.Metrics
 	log     zerolog.Logger
 }
 
-func newWorker(cfg Config, group uint32, node string, inc uint64, started time.Time, d *Dispatcher, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
+// NewWorker makes the worker of pool group group: it receives the batches
+// of every other member's producer of that group and hands them to this
+// node's subscribers through d, in order, before acknowledging them.
+func NewWorker(rt *core.Runtime, group uint32, d *delivery.Dispatcher) actor.Producer {
+	return newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, d, rt.Hook, rt.Metrics, rt.Log)
+}
+
+func newWorker(cfg core.Config, group uint32, node string, inc uint64, started time.Time, d *delivery.Dispatcher, hook faults.Hook, m *core.Metrics, log zerolog.Logger) actor.Producer {
 	table := &workerTable{producers: map[string]*known{}, forgot: map[string]tombstone{}}
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
@@ -234,37 +244,67 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		// say where to resume. Never a hole in the delivered stream.
 		return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
 	}
-	delivered := int64(0)
-	it := Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation}
-	types := make([]protoreflect.MessageType, len(m.PayloadTypes)) // resolved once per batch, when needed
-	entries := m.Entries()
-	for c := m.FirstCursor; ; c++ {
-		topic, ti, payload, exclude, only, ok := entries.Next()
-		if !ok {
-			break
-		}
-		if c < k.expected {
-			continue // already delivered: a redelivery after a lost ack
-		}
-		plant.AckFirst(&k.expected, c, w.hook, m.ProducerNode)
-		if (only == "" || only == w.node) && !plant.SkipEntry() {
-			if types[ti] == nil {
-				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(m.PayloadTypes[ti])); err == nil {
-					types[ti] = mt
-				}
-			}
-			it.Topic, it.Message, it.PayloadType, it.Payload, it.Type = topic, nil, m.PayloadTypes[ti], payload, types[ti]
-			it.Exclude, it.Cursor = exclude, c
-			w.d.Deliver(&it)
-			delivered++
-		}
-		k.expected = c + 1
-		if w.hook != nil {
-			w.hook.Delivered(m.ProducerNode, c)
+	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor,
+		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
+		types: make([]protoreflect.MessageType, len(m.PayloadTypes))}
+	if w.hook == nil {
+		d.run(-1) // the production path: no hook to consult per entry
+	} else {
+		for d.run(1) {
+			w.hook.Delivered(m.ProducerNode, d.next-1)
 		}
 	}
-	w.m.delivered.Add(context.Background(), delivered, w.m.group(w.group))
+	delivered := d.delivered
+	w.m.Delivered.Add(context.Background(), delivered, w.m.Group(w.group))
 	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+}
+
+// batchDelivery hands a batch's entries to this node's subscribers in
+// cursor order, skipping those delivered before (a redelivery after a lost
+// ack) and moving the producer's expected cursor past each.
+type batchDelivery struct {
+	w         *worker
+	m         *messages.Batch
+	k         *known
+	entries   messages.Cursor
+	next      uint64 // cursor of the next entry
+	it        delivery.Item
+	types     []protoreflect.MessageType // resolved once per batch, when needed
+	delivered int64
+}
+
+// run handles up to n new entries (n < 0: all) and reports whether it
+// handled one.
+func (d *batchDelivery) run(n int) bool {
+	handled := false
+	for n != 0 {
+		topic, ti, payload, exclude, only, ok := d.entries.Next()
+		if !ok {
+			return handled
+		}
+		c := d.next
+		d.next++
+		if c < d.k.expected {
+			continue // already delivered: a redelivery after a lost ack
+		}
+		w := d.w
+		plant.AckFirst(&d.k.expected, c, w.hook, d.m.ProducerNode)
+		if (only == "" || only == w.node) && !plant.SkipEntry() {
+			if d.types[ti] == nil {
+				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(d.m.PayloadTypes[ti])); err == nil {
+					d.types[ti] = mt
+				}
+			}
+			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadTypes[ti], payload, d.types[ti]
+			d.it.Exclude, d.it.Cursor = exclude, c
+			w.d.Deliver(&d.it)
+			d.delivered++
+		}
+		d.k.expected = c + 1
+		handled = true
+		n--
+	}
+	return handled
 }
 
 func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
@@ -302,7 +342,7 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 
 // expired tells this node's subscribers, and counts it.
 func (w *worker) expired(ce *messages.CursorExpired) {
-	w.m.expiredReceived.Add(context.Background(), 1, w.m.group(w.group))
+	w.m.ExpiredReceived.Add(context.Background(), 1, w.m.Group(w.group))
 	w.d.Expired(ce)
 }
 
