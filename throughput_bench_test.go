@@ -12,7 +12,7 @@ import (
 
 // BenchmarkThroughput3Nodes: 3 in-process nodes, 4 publishers on node 0,
 // every node's collector must count every message. One op is one message
-// delivered to all three nodes. (The multi-process harness is test/bench.)
+// delivered to all three nodes. (The multi-process harness is test/e2e/bench.)
 func BenchmarkThroughput3Nodes(b *testing.B) {
 	for _, interval := range []time.Duration{0, 100 * time.Millisecond} {
 		b.Run("interval="+interval.String(), func(b *testing.B) {
