@@ -112,17 +112,17 @@ const (
 )
 
 type producer struct {
-	cfg     core.Config
-	group   uint32
-	node    string
-	root    *actor.PID
-	d       *delivery.Dispatcher
-	queue   *core.WriteQueue
-	taken   []*core.Write // the last writes taken from queue, reused
-	hook    faults.Hook
-	m       *core.Metrics
-	gm      metric.MeasurementOption // this group's attributes
-	log     zerolog.Logger
+	cfg   core.Config
+	group uint32
+	node  string
+	root  *actor.PID
+	d     *delivery.Dispatcher
+	queue *core.WriteQueue
+	taken []*core.Write // the last writes taken from queue, reused
+	hook  faults.Hook
+	m     *core.Metrics
+	gm    metric.MeasurementOption // this group's attributes
+	log   zerolog.Logger
 
 	buf         *store                // the buffered messages, compact
 	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision

@@ -53,7 +53,7 @@ type Runtime struct {
 	Started time.Time
 	// Queues carry each producer's writes (Config.MaxPendingWrites of them
 	// at most) from Enqueue to the producer, in groups.
-	Queues []*WriteQueue
+	Queues  []*WriteQueue
 	Hook    faults.Hook
 	Metrics *Metrics
 	Log     zerolog.Logger
