@@ -59,7 +59,7 @@ func BenchmarkQueueCheck(b *testing.B) {
 			for i := 0; i < backlog; i++ {
 				n.system.Root.Send(pid, &wrapperspb.UInt64Value{})
 			}
-			mb := lookupMailbox(pid)
+			mb := lookupMailbox(n.system, pid)
 			b.ReportAllocs()
 			b.ResetTimer()
 			sum := 0
