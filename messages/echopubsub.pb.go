@@ -2,7 +2,9 @@
 //
 // Versioning: every message that crosses a node boundary carries
 // `protocol_version`. A receiver rejects (with a logged error and a negative
-// ack, never a crash) a version it does not speak. New optional fields may be
+// ack, never a crash) a version it does not speak. A node speaks the current
+// version and the previous one (rolling upgrades; see docs/operations.md):
+// Register and RegisterAck list them in `supported_versions`. New optional fields may be
 // added under new numbers without a version bump; a change of meaning bumps it.
 // Field numbers are never reused.
 
@@ -685,6 +687,9 @@ type Register struct {
 	Join         bool `protobuf:"varint,8,opt,name=join,proto3" json:"join,omitempty"`
 	// For a join: the worker incarnation next_cursor was computed for.
 	WorkerIncarnation uint64 `protobuf:"varint,9,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
+	// The protocol versions the sender speaks (a version 1 node sends none).
+	// protocol_version is the one this request is in.
+	SupportedVersions []uint32 `protobuf:"varint,10,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -780,6 +785,13 @@ func (x *Register) GetWorkerIncarnation() uint64 {
 		return x.WorkerIncarnation
 	}
 	return 0
+}
+
+func (x *Register) GetSupportedVersions() []uint32 {
+	if x != nil {
+		return x.SupportedVersions
+	}
+	return nil
 }
 
 // Expire tells a worker that the producer overwrote messages the worker's
@@ -888,8 +900,11 @@ type BatchAck struct {
 	WorkerNode        string `protobuf:"bytes,3,opt,name=worker_node,json=workerNode,proto3" json:"worker_node,omitempty"`
 	WorkerIncarnation uint64 `protobuf:"varint,4,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
 	Error             string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// This very request (an Expire or a Retire) made the worker tell its
+	// subscribers CursorExpired. False for a retried Expire already applied.
+	ExpiredTold   bool `protobuf:"varint,6,opt,name=expired_told,json=expiredTold,proto3" json:"expired_told,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchAck) Reset() {
@@ -957,6 +972,13 @@ func (x *BatchAck) GetError() string {
 	return ""
 }
 
+func (x *BatchAck) GetExpiredTold() bool {
+	if x != nil {
+		return x.ExpiredTold
+	}
+	return false
+}
+
 // RegisterAck answers Register with the worker's own view, so a stale
 // request is recognised by the producer.
 type RegisterAck struct {
@@ -974,7 +996,15 @@ type RegisterAck struct {
 	Known bool `protobuf:"varint,7,opt,name=known,proto3" json:"known,omitempty"`
 	// The worker once held this producer node and dropped it (absent longer
 	// than ForgetAfter, or its table was full).
-	Forgot        bool `protobuf:"varint,8,opt,name=forgot,proto3" json:"forgot,omitempty"`
+	Forgot bool `protobuf:"varint,8,opt,name=forgot,proto3" json:"forgot,omitempty"`
+	// The protocol versions the worker speaks, also in a refusal (a version
+	// 1 node sends none: its refusal of a newer Register says "protocol
+	// version N not supported", and the producer falls back to version 1).
+	SupportedVersions []uint32 `protobuf:"varint,9,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
+	// Known: the worker told its subscribers CursorExpired when this producer
+	// incarnation joined with missed_writes (once per join, whatever the
+	// number of joins and probes that report it).
+	MissedTold    bool `protobuf:"varint,10,opt,name=missed_told,json=missedTold,proto3" json:"missed_told,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1061,6 +1091,20 @@ func (x *RegisterAck) GetKnown() bool {
 func (x *RegisterAck) GetForgot() bool {
 	if x != nil {
 		return x.Forgot
+	}
+	return false
+}
+
+func (x *RegisterAck) GetSupportedVersions() []uint32 {
+	if x != nil {
+		return x.SupportedVersions
+	}
+	return nil
+}
+
+func (x *RegisterAck) GetMissedTold() bool {
+	if x != nil {
+		return x.MissedTold
 	}
 	return false
 }
@@ -1926,7 +1970,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xcd\x02\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xfc\x02\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1938,7 +1982,9 @@ const file_echopubsub_proto_rawDesc = "" +
 	"nextCursor\x12#\n" +
 	"\rmissed_writes\x18\a \x01(\bR\fmissedWrites\x12\x12\n" +
 	"\x04join\x18\b \x01(\bR\x04join\x12-\n" +
-	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\"\xfb\x01\n" +
+	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\x12-\n" +
+	"\x12supported_versions\x18\n" +
+	" \x03(\rR\x11supportedVersions\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1948,7 +1994,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12\x16\n" +
 	"\x06missed\x18\x06 \x01(\x04R\x06missed\x12\x1f\n" +
 	"\vnext_cursor\x18\a \x01(\x04R\n" +
-	"nextCursor\"\xc3\x01\n" +
+	"nextCursor\"\xe6\x01\n" +
 	"\bBatchAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\x04R\n" +
@@ -1956,7 +2002,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vworker_node\x18\x03 \x01(\tR\n" +
 	"workerNode\x12-\n" +
 	"\x12worker_incarnation\x18\x04 \x01(\x04R\x11workerIncarnation\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xa0\x02\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12!\n" +
+	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\"\xf0\x02\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +
@@ -1967,7 +2014,11 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12*\n" +
 	"\x11started_ago_nanos\x18\x06 \x01(\x04R\x0fstartedAgoNanos\x12\x14\n" +
 	"\x05known\x18\a \x01(\bR\x05known\x12\x16\n" +
-	"\x06forgot\x18\b \x01(\bR\x06forgot\"i\n" +
+	"\x06forgot\x18\b \x01(\bR\x06forgot\x12-\n" +
+	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1f\n" +
+	"\vmissed_told\x18\n" +
+	" \x01(\bR\n" +
+	"missedTold\"i\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +
