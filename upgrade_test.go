@@ -32,7 +32,7 @@ func TestPreviousVersionPeerInteroperates(t *testing.T) {
 	fwd := []*test.Collector{nodes[0].Subscribe(t, "fwd"), nodes[1].Subscribe(t, "fwd")}
 	back := []*test.Collector{nodes[0].Subscribe(t, "back"), nodes[1].Subscribe(t, "back")}
 	for i := uint64(1); i <= 200; i++ {
-		nodes[0].Broadcast(t, "fwd", stamp(i)) // current -> version 1
+		nodes[0].Broadcast(t, "fwd", stamp(i))  // current -> version 1
 		nodes[1].Broadcast(t, "back", stamp(i)) // version 1 -> current
 	}
 	for _, c := range append(fwd, back...) {
