@@ -674,7 +674,7 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
 	p.rewind(pe) // batches of a previous registration count for nothing here
 	pe.m.Incarnation = ack.WorkerIncarnation
-	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Msg("registered with node")
+	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Uint32("protocol", p.speaks(pe)).Msg("registered with node")
 	p.service(ctx, pe)
 }
 
