@@ -129,7 +129,8 @@ type producer struct {
 	node    string
 	root    *actor.PID
 	d       *delivery.Dispatcher
-	credits chan struct{}
+	queue   *core.WriteQueue
+	taken   []*core.Write // the last writes taken from queue, reused
 	hook    faults.Hook
 	version uint32 // the newest protocol version spoken (faults.Pinned in tests)
 	m       *core.Metrics
@@ -163,15 +164,15 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 	starts := 0 // incarnations of this producer; only the current one runs
 	return func() actor.Actor {
 		starts++
-		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, credits: rt.Credits[group], hook: rt.Hook,
+		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, queue: rt.Queues[group], hook: rt.Hook,
 			version: faults.Version(rt.Hook), m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1}
 	}
 }
 
 func (p *producer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *core.Write:
-		p.write(ctx, m)
+	case *core.WritesReady:
+		p.takeWrites(ctx)
 	case *flushTick:
 		p.timer = false
 		p.flushAll(ctx)
@@ -192,6 +193,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		ctx.Respond(p.stats())
 	case *Drain:
 		p.drainTo = ctx.Sender()
+		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
 		p.flushAll(ctx)
 		p.checkDrain(ctx)
 	case *actor.Started:
@@ -249,11 +251,15 @@ func (p *producer) stopTimers() {
 	}
 }
 
-func (p *producer) write(ctx actor.Context, w *core.Write) {
-	select { // release the sender's credit first: nothing below may keep it
-	case <-p.credits:
-	default:
+// takeWrites handles every write queued since the last take, in order.
+func (p *producer) takeWrites(ctx actor.Context) {
+	p.taken = p.queue.Take(p.taken)
+	for _, w := range p.taken {
+		p.write(ctx, w)
 	}
+}
+
+func (p *producer) write(ctx actor.Context, w *core.Write) {
 	e := w
 	c, err := p.buf.write(e, monotonic())
 	if err != nil {

@@ -1,8 +1,11 @@
 // Command bench measures EchoPubSub side by side with the peers a Go user
 // would pick, every node a separate OS process on loopback (issue 8):
 //
-//	go run ./test/bench                      # a short run (~1-2 min): 3 nodes, 10 B
-//	go run ./test/bench -full -doc docs/benchmarks.md   # what docs/benchmarks.md is
+//	cd test/e2e && go run ./bench            # a short run (~1-2 min): 3 nodes, 10 B
+//	make bench                               # what docs/benchmarks.md is
+//
+// It lives in the test/e2e module (with its own go.mod), so that NATS stays
+// out of the library's module graph.
 //
 // Throughput: node 0 runs -pubs publishers that send N messages in total;
 // every node (node 0 included) has one collector subscribed; msg/s is N
@@ -234,7 +237,7 @@ func parseFlags(args []string) (*options, error) {
 	if *doc != "" {
 		o.chart = filepath.Join(filepath.Dir(*doc), "benchmarks.svg")
 	}
-	o.cmdline = "go run ./test/bench " + strings.Join(args, " ")
+	o.cmdline = "cd test/e2e && go run ./bench " + strings.Join(args, " ")
 	return o, nil
 }
 
@@ -400,6 +403,9 @@ func coordMain(args []string) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s and %s\n", o.doc, o.chart)
+		if err := saveProfiles(rep.results, filepath.Join(filepath.Dir(o.doc), "profiles")); err != nil {
+			return err
+		}
 	}
 	for _, r := range rep.results {
 		if r.Err != "" {
@@ -417,4 +423,36 @@ func countErr(rs []result) int {
 		}
 	}
 	return n
+}
+
+// saveProfiles copies the CPU profiles of the run next to the document
+// (docs/profiles/<scenario>.<node>.cpu.pprof), replacing the previous run's.
+func saveProfiles(results []result, dir string) error {
+	var files []string
+	for _, r := range results {
+		for _, f := range r.ProfileFiles {
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, "*.pprof"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "copied %d CPU profiles to %s\n", len(files), dir)
+	return nil
 }

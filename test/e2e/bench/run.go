@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // scenario is one cell of the matrix: one system, one shape.
@@ -61,13 +63,19 @@ type latResult struct {
 
 type result struct {
 	scenario
-	Reps      []repResult       `json:"rep_results"`
-	Valid     bool              `json:"valid"` // every repetition counted exactly N everywhere
-	MsgPerSec float64           `json:"msg_per_s"`
-	RSSKB     []int64           `json:"rss_kb"` // peak RSS (VmHWM) per node, node 0 publishes
-	Lat       *latResult        `json:"latency,omitempty"`
-	Profiles  map[string]string `json:"profiles,omitempty"`
-	Err       string            `json:"err,omitempty"`
+	Reps      []repResult `json:"rep_results"`
+	Valid     bool        `json:"valid"` // every repetition counted exactly N everywhere
+	MsgPerSec float64     `json:"msg_per_s"`
+	RSSKB     []int64     `json:"rss_kb"` // peak RSS (VmHWM) per node, node 0 publishes
+	// CPUNsPerDelivery: user+sys CPU of every process of the scenario (the
+	// nodes, and the NATS server for NATS) over the counted repetitions,
+	// divided by the deliveries (N x nodes x repetitions).
+	CPUNsPerDelivery float64           `json:"cpu_ns_per_delivery,omitempty"`
+	Lat              *latResult        `json:"latency,omitempty"`
+	Profiles         map[string]string `json:"profiles,omitempty"`
+	// ProfileFiles are the CPU profiles behind Profiles, by node.
+	ProfileFiles map[string]string `json:"profile_files,omitempty"`
+	Err          string            `json:"err,omitempty"`
 }
 
 // runner runs scenarios, one fresh set of processes each.
@@ -90,7 +98,7 @@ func (r *runner) run(s scenario) (res result) {
 }
 
 func (r *runner) runErr(s scenario, res *result) error {
-	ports, err := freePorts(s.Nodes + 1)
+	ports, err := proc.FreePorts(s.Nodes + 1)
 	if err != nil {
 		return err
 	}
@@ -100,12 +108,12 @@ func (r *runner) runErr(s scenario, res *result) error {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 	}
 	var natsURL string
-	var procs []*proc
+	var procs []*child
 	defer func() {
 		var wg sync.WaitGroup
 		for _, p := range procs {
 			wg.Add(1)
-			go func(p *proc) { defer wg.Done(); p.stop() }(p)
+			go func(p *child) { defer wg.Done(); p.stop() }(p)
 		}
 		wg.Wait()
 	}()
@@ -114,7 +122,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 		if err != nil {
 			return err
 		}
-		np, err := startProc("nats-server", "nats", nodeConfig{NatsPort: ports[s.Nodes], StoreDir: store},
+		np, err := startChild("nats-server", "nats", nodeConfig{NatsPort: ports[s.Nodes], StoreDir: store},
 			filepath.Join(r.dir, tag+".nats.log"), 30*time.Second)
 		if err != nil {
 			return err
@@ -122,7 +130,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 		procs = append(procs, np)
 		natsURL = fmt.Sprintf("nats://127.0.0.1:%d", ports[s.Nodes])
 	}
-	nodes := make([]*proc, s.Nodes)
+	nodes := make([]*child, s.Nodes)
 	errs := make([]error, s.Nodes)
 	var wg sync.WaitGroup
 	for i := 0; i < s.Nodes; i++ {
@@ -132,7 +140,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
 				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending}
-			nodes[i], errs[i] = startProc(fmt.Sprintf("n%d", i), "node", cfg,
+			nodes[i], errs[i] = startChild(fmt.Sprintf("n%d", i), "node", cfg,
 				filepath.Join(r.dir, fmt.Sprintf("%s.n%d.log", tag, i)), 60*time.Second)
 		}(i)
 	}
@@ -161,12 +169,16 @@ func (r *runner) runErr(s scenario, res *result) error {
 			return err
 		}
 	}
+	cpu0 := cpuOf(procs)
 	for rep := 1; rep <= reps; rep++ {
 		rr, err := r.rep(s, nodes, rep, false)
 		if err != nil {
 			return err
 		}
 		res.Reps = append(res.Reps, rr)
+	}
+	if deliveries := float64(s.N) * float64(s.Nodes) * float64(reps); s.Rate == 0 && deliveries > 0 {
+		res.CPUNsPerDelivery = float64(cpuOf(procs)-cpu0) / deliveries
 	}
 	if s.Profile && s.Rate == 0 {
 		res.Profiles = map[string]string{}
@@ -186,6 +198,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 				return err
 			}
 		}
+		res.ProfileFiles = paths
 		for name, path := range paths {
 			out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=30", path).CombinedOutput()
 			if err != nil {
@@ -235,33 +248,35 @@ func (r *runner) runErr(s scenario, res *result) error {
 	return nil
 }
 
-func waitReady(nodes []*proc, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		why := ""
+func waitReady(nodes []*child, timeout time.Duration) error {
+	var why string
+	var err error
+	ready := proc.Until(timeout, 200*time.Millisecond, func() bool {
+		why = ""
 		for _, p := range nodes {
-			ev, err := p.call(cmd{Op: "ready"}, 10*time.Second)
-			if err != nil {
-				return err
+			var ev event
+			if ev, err = p.call(cmd{Op: "ready"}, 10*time.Second); err != nil {
+				return true // stop: the error is the answer
 			}
 			if !ev.OK {
-				why = p.name + ": " + ev.Why
-				break
+				why = p.Name() + ": " + ev.Why
+				return false
 			}
 		}
-		if why == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nodes not ready in %v: %s", timeout, why)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return true
+	})
+	if err != nil {
+		return err
 	}
+	if !ready {
+		return fmt.Errorf("nodes not ready in %v: %s", timeout, why)
+	}
+	return nil
 }
 
 // rep runs one repetition: reset every collector, publish N from node 0,
 // wait until every node counted N (or nothing moved for r.stall).
-func (r *runner) rep(s scenario, nodes []*proc, rep int, _ bool) (repResult, error) {
+func (r *runner) rep(s scenario, nodes []*child, rep int, _ bool) (repResult, error) {
 	for _, p := range nodes {
 		if _, err := p.call(cmd{Op: "reset", Rep: rep, N: s.N, Pubs: s.Pubs, Latency: s.Rate > 0}, 10*time.Second); err != nil {
 			return repResult{}, err
