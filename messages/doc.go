@@ -12,8 +12,9 @@ package messages
 
 // ProtocolVersion is the wire protocol this build speaks. See the versioning
 // note at the top of echopubsub.proto. Version 2 made Register a probe and an
-// idempotent join (see Register): a version 1 node is refused with a reason
-// rather than misread.
+// idempotent join (see Register); a version 2 node still speaks version 1
+// (PreviousProtocolVersion) to a node not upgraded yet, with version 1's
+// meaning, and refuses any other version with a reason rather than misread.
 const ProtocolVersion = 2
 
 // PreviousProtocolVersion is the version before ProtocolVersion, which this
