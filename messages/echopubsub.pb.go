@@ -690,8 +690,11 @@ type Register struct {
 	// The protocol versions the sender speaks (a version 1 node sends none).
 	// protocol_version is the one this request is in.
 	SupportedVersions []uint32 `protobuf:"varint,10,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For a join: an id the producer incarnation gives each join it sends
+	// (never 0), echoed in RegisterAck.told_join.
+	JoinId        uint64 `protobuf:"varint,11,opt,name=join_id,json=joinId,proto3" json:"join_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -792,6 +795,13 @@ func (x *Register) GetSupportedVersions() []uint32 {
 		return x.SupportedVersions
 	}
 	return nil
+}
+
+func (x *Register) GetJoinId() uint64 {
+	if x != nil {
+		return x.JoinId
+	}
+	return 0
 }
 
 // Expire tells a worker that the producer overwrote messages the worker's
@@ -1001,10 +1011,13 @@ type RegisterAck struct {
 	// 1 node sends none: its refusal of a newer Register says "protocol
 	// version N not supported", and the producer falls back to version 1).
 	SupportedVersions []uint32 `protobuf:"varint,9,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
-	// Known: the worker told its subscribers CursorExpired when this producer
-	// incarnation joined with missed_writes (once per join, whatever the
-	// number of joins and probes that report it).
-	MissedTold    bool `protobuf:"varint,10,opt,name=missed_told,json=missedTold,proto3" json:"missed_told,omitempty"`
+	// Known: the join_id of the join (with missed_writes) that seeded the
+	// worker's entry for this producer incarnation and told its subscribers
+	// CursorExpired; 0 when that join told nothing. Every probe and join
+	// answered while the entry lasts repeats it, so the producer counts each
+	// told join once, however many answers were lost or repeated, and never
+	// counts a join the worker already held.
+	ToldJoin      uint64 `protobuf:"varint,10,opt,name=told_join,json=toldJoin,proto3" json:"told_join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1102,11 +1115,11 @@ func (x *RegisterAck) GetSupportedVersions() []uint32 {
 	return nil
 }
 
-func (x *RegisterAck) GetMissedTold() bool {
+func (x *RegisterAck) GetToldJoin() uint64 {
 	if x != nil {
-		return x.MissedTold
+		return x.ToldJoin
 	}
-	return false
+	return 0
 }
 
 // CursorExpired is sent to a subscriber when it fell behind producer `node`
@@ -1970,7 +1983,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xfc\x02\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\x95\x03\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1984,7 +1997,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x04join\x18\b \x01(\bR\x04join\x12-\n" +
 	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\x12-\n" +
 	"\x12supported_versions\x18\n" +
-	" \x03(\rR\x11supportedVersions\"\xfb\x01\n" +
+	" \x03(\rR\x11supportedVersions\x12\x17\n" +
+	"\ajoin_id\x18\v \x01(\x04R\x06joinId\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -2003,7 +2017,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"workerNode\x12-\n" +
 	"\x12worker_incarnation\x18\x04 \x01(\x04R\x11workerIncarnation\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12!\n" +
-	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\"\xf0\x02\n" +
+	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\"\xec\x02\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +
@@ -2015,10 +2029,9 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x11started_ago_nanos\x18\x06 \x01(\x04R\x0fstartedAgoNanos\x12\x14\n" +
 	"\x05known\x18\a \x01(\bR\x05known\x12\x16\n" +
 	"\x06forgot\x18\b \x01(\bR\x06forgot\x12-\n" +
-	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1f\n" +
-	"\vmissed_told\x18\n" +
-	" \x01(\bR\n" +
-	"missedTold\"i\n" +
+	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1b\n" +
+	"\ttold_join\x18\n" +
+	" \x01(\x04R\btoldJoin\"i\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +

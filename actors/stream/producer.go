@@ -98,9 +98,9 @@ type peer struct {
 	// listed is when this producer first listed the node (monotonic): a
 	// version 1 join owes it what was written since.
 	listed int64
-	// toldFor is the worker incarnation whose join this producer counted
-	// as told CursorExpired (RegisterAck.missed_told), so that probes
-	// reporting the same join count it once.
+	// toldFor is the last join (join_id, or for a version 1 worker its
+	// incarnation) this producer counted as told CursorExpired, so that
+	// answers reporting the same join count it once.
 	toldFor  uint64
 	lastAck  time.Time
 	expired  int
@@ -141,6 +141,7 @@ type producer struct {
 	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
 	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
 	lastBatchV1 *messages.Batch       // lastBatch as protocol version 1, for peers that speak only that
+	joins       uint64                // join ids given so far (Register.join_id)
 	inc         uint64
 	peers       map[string]*peer
 	sched       *scheduler.TimerScheduler
@@ -608,7 +609,8 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From,
 		SupportedVersions: p.supported()}
-	pe.toldFor = 0 // this join may tell again (the worker dropped this producer): count what its ack says
+	p.joins++
+	req.JoinId = p.joins
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
 		p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
@@ -641,6 +643,10 @@ func (p *producer) registerV1(ctx actor.Context, pe *peer) {
 	}
 	req := &messages.Register{ProtocolVersion: messages.PreviousProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, NextCursor: next, MissedWrites: missed, SupportedVersions: p.supported()}
+	if p.version != messages.PreviousProtocolVersion { // a current worker reports the join by this id
+		p.joins++
+		req.JoinId = p.joins
+	}
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.RegisterAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
@@ -660,11 +666,12 @@ func (p *producer) registerV1(ctx actor.Context, pe *peer) {
 // joined takes the worker's cursor for this producer incarnation.
 func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck) {
 	pe.probes = 0
-	if ack.MissedTold && pe.toldFor != ack.WorkerIncarnation {
-		// Counted from the worker's word, once per join: not for a join
-		// the worker already held (it kept its cursor and told nothing).
+	if ack.ToldJoin != 0 && pe.toldFor != ack.ToldJoin {
+		// Counted from the worker's word, once per join that told: not for
+		// a join the worker already held (it kept its cursor, told nothing
+		// and names the join that seeded it).
 		p.expired(ctx, pe, 0)
-		pe.toldFor = ack.WorkerIncarnation
+		pe.toldFor = ack.ToldJoin
 	}
 	if messages.Speaks(ack.SupportedVersions, messages.ProtocolVersion) && pe.version != 0 {
 		pe.version = 0 // upgraded: the next registration speaks the current version

@@ -104,28 +104,33 @@ func TestVersionRefusals(t *testing.T) {
 	}
 }
 
-// The worker says whether a join told CursorExpired (missed_told), and
-// keeps saying it for that join only: a join of an incarnation it already
-// holds tells nothing and reports nothing new.
+// The worker names the join that told CursorExpired (told_join), in every
+// answer while the entry lasts: a join of an incarnation it already holds
+// tells nothing and reports nothing new.
 func TestJoinReportsWhatItTold(t *testing.T) {
 	fw := newFuzzWorker()
 	w := fw.w.(*worker)
 	j := join("p", 1)
-	j.NextCursor = 4
-	if ra, _ := ask(t, w, j); !ra.Known || ra.MissedTold {
+	j.NextCursor, j.JoinId = 4, 1
+	if ra, _ := ask(t, w, j); !ra.Known || ra.ToldJoin != 0 {
 		t.Fatalf("plain join answered %v", ra)
 	}
 	j2 := join("p", 1)
-	j2.NextCursor, j2.MissedWrites = 9, true // a late join for an incarnation held already
-	if ra, _ := ask(t, w, j2); !ra.Known || ra.MissedTold || ra.NextCursor != 4 || expiries(fw, "p") != 0 {
+	j2.NextCursor, j2.MissedWrites, j2.JoinId = 9, true, 2 // a late join for an incarnation held already
+	if ra, _ := ask(t, w, j2); !ra.Known || ra.ToldJoin != 0 || ra.NextCursor != 4 || expiries(fw, "p") != 0 {
 		t.Fatalf("join of a held incarnation answered %v, %d told", ra, expiries(fw, "p"))
 	}
 	j3 := join("q", 1)
-	j3.NextCursor, j3.MissedWrites = 9, true
-	if ra, _ := ask(t, w, j3); !ra.MissedTold || expiries(fw, "q") != 1 {
+	j3.NextCursor, j3.MissedWrites, j3.JoinId = 9, true, 3
+	if ra, _ := ask(t, w, j3); ra.ToldJoin != 3 || expiries(fw, "q") != 1 {
 		t.Fatalf("join with missed writes answered %v", ra)
 	}
-	if ra, _ := ask(t, w, probe("q", 1)); !ra.MissedTold {
+	j4 := join("q", 1)
+	j4.NextCursor, j4.MissedWrites, j4.JoinId = 12, true, 4 // a repeated join: held, names the join that told
+	if ra, _ := ask(t, w, j4); ra.ToldJoin != 3 || ra.NextCursor != 9 || expiries(fw, "q") != 1 {
+		t.Fatalf("repeated join answered %v", ra)
+	}
+	if ra, _ := ask(t, w, probe("q", 1)); ra.ToldJoin != 3 {
 		t.Fatalf("probe after a told join answered %v", ra)
 	}
 }

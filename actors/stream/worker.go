@@ -29,9 +29,10 @@ type known struct {
 	// retired: this incarnation ended with a graceful Stop and everything
 	// below expected was delivered or told; its successor joins silently.
 	retired bool
-	// missedTold: its join (missed_writes) told the subscribers
-	// CursorExpired; reported in RegisterAck.missed_told.
-	missedTold bool
+	// toldJoin: the join_id of the join (missed_writes) that seeded this
+	// entry and told the subscribers CursorExpired (0: none); reported in
+	// RegisterAck.told_join.
+	toldJoin uint64
 }
 
 // maxProducers bounds a worker's producer table: one entry per producing
@@ -198,7 +199,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		StartedAgoNanos: uint64(time.Since(w.started)), SupportedVersions: messages.SupportedVersions()}
 	if k != nil && k.incarnation == m.ProducerIncarnation {
 		k.seen = time.Now()
-		ack.Known, ack.NextCursor, ack.MissedTold = true, k.expected, k.missedTold
+		ack.Known, ack.NextCursor, ack.ToldJoin = true, k.expected, k.toldJoin
 	} else if t, ok := w.table.forgot[m.ProducerNode]; ok && t.incarnation == m.ProducerIncarnation {
 		ack.Forgot = true // this very incarnation was dropped: where it was is lost
 	}
@@ -210,11 +211,11 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 // they were owed are gone: missedWrites (said with reason missed), or an
 // older incarnation that did not retire.
 func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool, missed string) *known {
-	told := false
+	told := uint64(0)
 	switch {
 	case m.MissedWrites:
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: missed})
-		told = true
+		told = m.JoinId
 	case hadOld && !old.retired:
 		// Whatever the old incarnation wrote and did not deliver is
 		// gone, unless it retired: then nothing was left untold.
@@ -224,7 +225,7 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 		k = &known{}
 		w.table.producers[m.ProducerNode] = k
 	}
-	*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor, missedTold: told}
+	*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor, toldJoin: told}
 	delete(w.table.forgot, m.ProducerNode)
 	return k
 }
