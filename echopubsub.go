@@ -151,6 +151,7 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		rt.Metrics = m
 	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
+	d.SetMetrics(rt.Metrics)
 	root, err := system.Root.SpawnNamed(supervision.Tree(rt, d), core.RootName(cfg.Name))
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
@@ -170,6 +171,7 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		_ = system.Root.StopFuture(root).Wait()
 		return nil, fmt.Errorf("echopubsub: start %q: sessions: %w", cfg.Name, err)
 	}
+	ps.sess.engine.SetMetrics(rt.Metrics)
 	self := cluster.Member{Address: addr, Name: addr, Incarnation: rt.Incarnation}
 	if err := o.membership.Start(cluster.Env{System: system, Self: self, Service: cfg.Name, Owner: root, Log: rt.Log}); err != nil {
 		rt.Close()

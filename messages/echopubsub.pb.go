@@ -2,7 +2,9 @@
 //
 // Versioning: every message that crosses a node boundary carries
 // `protocol_version`. A receiver rejects (with a logged error and a negative
-// ack, never a crash) a version it does not speak. New optional fields may be
+// ack, never a crash) a version it does not speak. A node speaks the current
+// version and the previous one (rolling upgrades; see docs/operations.md):
+// Register and RegisterAck list them in `supported_versions`. New optional fields may be
 // added under new numbers without a version bump; a change of meaning bumps it.
 // Field numbers are never reused.
 
@@ -685,8 +687,14 @@ type Register struct {
 	Join         bool `protobuf:"varint,8,opt,name=join,proto3" json:"join,omitempty"`
 	// For a join: the worker incarnation next_cursor was computed for.
 	WorkerIncarnation uint64 `protobuf:"varint,9,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The protocol versions the sender speaks (a version 1 node sends none).
+	// protocol_version is the one this request is in.
+	SupportedVersions []uint32 `protobuf:"varint,10,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
+	// For a join: an id the producer incarnation gives each join it sends
+	// (never 0), echoed in RegisterAck.told_join.
+	JoinId        uint64 `protobuf:"varint,11,opt,name=join_id,json=joinId,proto3" json:"join_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -778,6 +786,20 @@ func (x *Register) GetJoin() bool {
 func (x *Register) GetWorkerIncarnation() uint64 {
 	if x != nil {
 		return x.WorkerIncarnation
+	}
+	return 0
+}
+
+func (x *Register) GetSupportedVersions() []uint32 {
+	if x != nil {
+		return x.SupportedVersions
+	}
+	return nil
+}
+
+func (x *Register) GetJoinId() uint64 {
+	if x != nil {
+		return x.JoinId
 	}
 	return 0
 }
@@ -888,8 +910,11 @@ type BatchAck struct {
 	WorkerNode        string `protobuf:"bytes,3,opt,name=worker_node,json=workerNode,proto3" json:"worker_node,omitempty"`
 	WorkerIncarnation uint64 `protobuf:"varint,4,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
 	Error             string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// This very request (an Expire or a Retire) made the worker tell its
+	// subscribers CursorExpired. False for a retried Expire already applied.
+	ExpiredTold   bool `protobuf:"varint,6,opt,name=expired_told,json=expiredTold,proto3" json:"expired_told,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchAck) Reset() {
@@ -957,6 +982,13 @@ func (x *BatchAck) GetError() string {
 	return ""
 }
 
+func (x *BatchAck) GetExpiredTold() bool {
+	if x != nil {
+		return x.ExpiredTold
+	}
+	return false
+}
+
 // RegisterAck answers Register with the worker's own view, so a stale
 // request is recognised by the producer.
 type RegisterAck struct {
@@ -974,7 +1006,18 @@ type RegisterAck struct {
 	Known bool `protobuf:"varint,7,opt,name=known,proto3" json:"known,omitempty"`
 	// The worker once held this producer node and dropped it (absent longer
 	// than ForgetAfter, or its table was full).
-	Forgot        bool `protobuf:"varint,8,opt,name=forgot,proto3" json:"forgot,omitempty"`
+	Forgot bool `protobuf:"varint,8,opt,name=forgot,proto3" json:"forgot,omitempty"`
+	// The protocol versions the worker speaks, also in a refusal (a version
+	// 1 node sends none: its refusal of a newer Register says "protocol
+	// version N not supported", and the producer falls back to version 1).
+	SupportedVersions []uint32 `protobuf:"varint,9,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
+	// Known: the join_id of the join (with missed_writes) that seeded the
+	// worker's entry for this producer incarnation and told its subscribers
+	// CursorExpired; 0 when that join told nothing. Every probe and join
+	// answered while the entry lasts repeats it, so the producer counts each
+	// told join once, however many answers were lost or repeated, and never
+	// counts a join the worker already held.
+	ToldJoin      uint64 `protobuf:"varint,10,opt,name=told_join,json=toldJoin,proto3" json:"told_join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1063,6 +1106,20 @@ func (x *RegisterAck) GetForgot() bool {
 		return x.Forgot
 	}
 	return false
+}
+
+func (x *RegisterAck) GetSupportedVersions() []uint32 {
+	if x != nil {
+		return x.SupportedVersions
+	}
+	return nil
+}
+
+func (x *RegisterAck) GetToldJoin() uint64 {
+	if x != nil {
+		return x.ToldJoin
+	}
+	return 0
 }
 
 // CursorExpired is sent to a subscriber when it fell behind producer `node`
@@ -1926,7 +1983,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xcd\x02\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\x95\x03\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1938,7 +1995,10 @@ const file_echopubsub_proto_rawDesc = "" +
 	"nextCursor\x12#\n" +
 	"\rmissed_writes\x18\a \x01(\bR\fmissedWrites\x12\x12\n" +
 	"\x04join\x18\b \x01(\bR\x04join\x12-\n" +
-	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\"\xfb\x01\n" +
+	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\x12-\n" +
+	"\x12supported_versions\x18\n" +
+	" \x03(\rR\x11supportedVersions\x12\x17\n" +
+	"\ajoin_id\x18\v \x01(\x04R\x06joinId\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1948,7 +2008,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12\x16\n" +
 	"\x06missed\x18\x06 \x01(\x04R\x06missed\x12\x1f\n" +
 	"\vnext_cursor\x18\a \x01(\x04R\n" +
-	"nextCursor\"\xc3\x01\n" +
+	"nextCursor\"\xe6\x01\n" +
 	"\bBatchAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\x04R\n" +
@@ -1956,7 +2016,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vworker_node\x18\x03 \x01(\tR\n" +
 	"workerNode\x12-\n" +
 	"\x12worker_incarnation\x18\x04 \x01(\x04R\x11workerIncarnation\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xa0\x02\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12!\n" +
+	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\"\xec\x02\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +
@@ -1967,7 +2028,10 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12*\n" +
 	"\x11started_ago_nanos\x18\x06 \x01(\x04R\x0fstartedAgoNanos\x12\x14\n" +
 	"\x05known\x18\a \x01(\bR\x05known\x12\x16\n" +
-	"\x06forgot\x18\b \x01(\bR\x06forgot\"i\n" +
+	"\x06forgot\x18\b \x01(\bR\x06forgot\x12-\n" +
+	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1b\n" +
+	"\ttold_join\x18\n" +
+	" \x01(\x04R\btoldJoin\"i\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +

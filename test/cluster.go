@@ -200,6 +200,23 @@ type Faults struct {
 	onDeliver func(from string, cursor uint64)
 	onAcked   func(from string, req proto.Message)
 	onReceive func(from string, req proto.Message)
+	version   uint32 // pinned protocol version (0: current); read at Start
+}
+
+// PinProtocolVersion makes the node's next Start a build of protocol
+// version v (only messages.PreviousProtocolVersion can be pinned): a peer
+// not upgraded yet, for rolling-upgrade tests. Call it before Start.
+func (f *Faults) PinProtocolVersion(v uint32) {
+	f.mu.Lock()
+	f.version = v
+	f.mu.Unlock()
+}
+
+// ProtocolVersion implements faults.Pinned.
+func (f *Faults) ProtocolVersion() uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.version
 }
 
 // SetOnDeliver runs fn after each entry a worker on this node delivers (fn

@@ -48,6 +48,7 @@ type Dispatcher struct {
 	system *actor.ActorSystem
 	node   string
 	log    zerolog.Logger
+	m      *core.Metrics // set by SetMetrics before the first delivery; nil: not counted
 
 	topics  sync.Map // topic -> *topicSubs; written by the registry only
 	notices atomic.Pointer[noticeSubscriber]
@@ -123,6 +124,10 @@ type noticeSubscriber struct {
 func NewDispatcher(system *actor.ActorSystem, node string, log zerolog.Logger) *Dispatcher {
 	return &Dispatcher{system: system, node: node, log: log}
 }
+
+// SetMetrics makes d count drops and BackPressure notices on m. Call it
+// before anything is delivered.
+func (d *Dispatcher) SetMetrics(m *core.Metrics) { d.m = m }
 
 // topic returns topic's subscriptions, or nil.
 func (d *Dispatcher) topic(topic string) *topicSubs {
@@ -283,6 +288,7 @@ func (d *Dispatcher) send(s *subscription, topic string, m interface{}) {
 	if sub.named {
 		if pid, mb = d.resolveNamed(sub); pid == nil {
 			sub.miss(topic)
+			d.m.Dropped(core.DropAbsent)
 			return
 		}
 		d.tellMissed(sub)
@@ -300,6 +306,7 @@ func (d *Dispatcher) send(s *subscription, topic string, m interface{}) {
 			sub.dropping = true
 			d.notice(pid, s, messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING, n)
 		}
+		d.m.Dropped(core.DropBound)
 		return
 	}
 	if sub.dropping {
@@ -362,6 +369,7 @@ func (d *Dispatcher) notice(pid *actor.PID, s *subscription, state messages.Back
 		Bound: uint32(s.bound), QueueLen: uint64(queued), Node: d.node}
 	d.system.Root.Send(pid, n)
 	plant.Noticed(s.sub.key, state == messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED)
+	d.m.BackPressureNotice(state == messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED)
 	d.copyNotice(pid, n)
 	ev.Str("subscriber", s.sub.key).Int("bound", s.bound).Int("queue_len", queued).
 		Str("state", state.String()).Msg("subscriber back-pressure")
@@ -381,6 +389,7 @@ func (d *Dispatcher) copyNotice(about *actor.PID, n proto.Message) {
 	q := ns.mb.UserMessageCount()
 	if q >= ns.bound {
 		ns.dropped++
+		d.m.Dropped(core.DropNoticeCopies)
 		if !ns.dropping {
 			ns.dropping = true
 			d.system.Root.Send(ns.pid, &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING,

@@ -110,6 +110,7 @@ type Engine struct {
 
 	reserved atomic.Int64 // reservations held by every session together
 	closed   atomic.Bool
+	m        *core.Metrics // set by SetMetrics before the first session; nil: not counted
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
@@ -121,6 +122,14 @@ func New(lim Limits, node string, out Sender, log zerolog.Logger, onClose func(*
 		onClose = func(*Session) {}
 	}
 	return &Engine{lim: lim, node: node, out: out, log: log, onClose: onClose, sessions: map[string]*Session{}}
+}
+
+// SetMetrics makes e count its slow-consumer actions, SessionPressure
+// notices and refusals on m, and report its pending reservations there.
+// Call it before the first session opens.
+func (e *Engine) SetMetrics(m *core.Metrics) {
+	e.m = m
+	m.ObserveReservations(e.reserved.Load)
 }
 
 // Session is one open (or closed) session.
@@ -208,12 +217,14 @@ func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64)
 		closed := e.closeLocked(s, messages.SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE,
 			fmt.Sprintf("pending would exceed HardQueue %d", e.lim.HardQueue))
 		s.mu.Unlock()
+		e.m.SlowConsumerAction(e.lim.Action == ExitOwner)
 		e.finishClose(s, closed, e.lim.Action == ExitOwner)
 		return ClosedHardQueue
 	}
 	if e.reserved.Add(1) > e.lim.MaxReservations {
 		e.reserved.Add(-1)
 		s.refused++
+		e.m.SessionRefused()
 		if !s.full {
 			s.full = true
 			e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL)
@@ -251,6 +262,7 @@ func (e *Engine) pressure(s *Session, state messages.SessionPressureState) {
 		Reservations: uint64(e.reserved.Load()), MaxReservations: uint64(e.lim.MaxReservations),
 		Refused: s.refused, Node: e.node}
 	e.out.Send(s.owner, n)
+	e.m.SessionPressure(pressureState[state])
 	ev.Str("owner", s.owner.String()).Int("pending", len(s.res)).Int64("reservations", e.reserved.Load()).
 		Str("state", state.String()).Msg("session pressure")
 }
@@ -451,4 +463,12 @@ func (e *Engine) Notify(s *Session, msg interface{}) bool {
 	}
 	e.out.Send(s.owner, msg)
 	return true
+}
+
+// pressureState is the metric attribute of each SessionPressure state.
+var pressureState = map[messages.SessionPressureState]string{
+	messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED:  "soft_queue_exceeded",
+	messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED:  "soft_queue_relieved",
+	messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL:    "reservations_full",
+	messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED: "reservations_resumed",
 }

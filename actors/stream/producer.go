@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -90,6 +91,17 @@ type peer struct {
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
 	gauge    *core.PeerGauge
+	// version is the protocol version pe's worker incarnation speaks, as
+	// learnt from its answers: 0 not known yet (try the current one), or
+	// messages.PreviousProtocolVersion after it refused the current one.
+	version uint32
+	// listed is when this producer first listed the node (monotonic): a
+	// version 1 join owes it what was written since.
+	listed int64
+	// toldFor is the last join (join_id, or for a version 1 worker its
+	// incarnation) this producer counted as told CursorExpired, so that
+	// answers reporting the same join count it once.
+	toldFor  uint64
 	lastAck  time.Time
 	expired  int
 	failures int
@@ -112,21 +124,24 @@ const (
 )
 
 type producer struct {
-	cfg   core.Config
-	group uint32
-	node  string
-	root  *actor.PID
-	d     *delivery.Dispatcher
-	queue *core.WriteQueue
-	taken []*core.Write // the last writes taken from queue, reused
-	hook  faults.Hook
-	m     *core.Metrics
-	gm    metric.MeasurementOption // this group's attributes
-	log   zerolog.Logger
+	cfg     core.Config
+	group   uint32
+	node    string
+	root    *actor.PID
+	d       *delivery.Dispatcher
+	queue   *core.WriteQueue
+	taken   []*core.Write // the last writes taken from queue, reused
+	hook    faults.Hook
+	version uint32 // the newest protocol version spoken (faults.Pinned in tests)
+	m       *core.Metrics
+	gm      metric.MeasurementOption // this group's attributes
+	log     zerolog.Logger
 
 	buf         *store                // the buffered messages, compact
 	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
 	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
+	lastBatchV1 *messages.Batch       // lastBatch as protocol version 1, for peers that speak only that
+	joins       uint64                // join ids given so far (Register.join_id)
 	inc         uint64
 	peers       map[string]*peer
 	sched       *scheduler.TimerScheduler
@@ -151,7 +166,7 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 	return func() actor.Actor {
 		starts++
 		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, queue: rt.Queues[group], hook: rt.Hook,
-			m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1}
+			version: faults.Version(rt.Hook), m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1}
 	}
 }
 
@@ -319,7 +334,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		}
 		pe.held = false
 		for pe.sent < d.To && !pe.retrying { // a failed send stops the round
-			if pe.flight >= p.cfg.MaxBatchesInFlight {
+			if pe.flight >= p.window(pe) {
 				pe.held = true
 				break
 			}
@@ -349,6 +364,9 @@ func (p *producer) rewind(pe *peer) {
 // delivers has no hole, whatever the network dropped.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := p.batch(d)
+	if p.speaks(pe) == messages.PreviousProtocolVersion {
+		req = p.batchV1(req)
+	}
 	target := d.From + uint64(req.Len())
 	epoch := pe.epoch
 	pe.sent = target
@@ -450,8 +468,50 @@ func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
 	return b
 }
 
+// speaks is the protocol version of the requests to pe: the current one
+// unless pe's worker (or this build, pinned) speaks only the previous one.
+func (p *producer) speaks(pe *peer) uint32 {
+	if p.version == messages.PreviousProtocolVersion || pe.version == messages.PreviousProtocolVersion {
+		return messages.PreviousProtocolVersion
+	}
+	return messages.ProtocolVersion
+}
+
+// supported is what this producer lists in a Register (version 1 lists
+// nothing).
+func (p *producer) supported() []uint32 {
+	if p.version == messages.PreviousProtocolVersion {
+		return nil
+	}
+	return messages.SupportedVersions()
+}
+
+// window is the batches pe may have in flight: one for a version 1 worker,
+// which takes a batch past its cursor as a gap (told, but a loss) where a
+// current one refuses it for a resend.
+func (p *producer) window(pe *peer) int {
+	if p.speaks(pe) == messages.PreviousProtocolVersion {
+		return 1
+	}
+	return p.cfg.MaxBatchesInFlight
+}
+
+// batchV1 is b as protocol version 1 (the same entries: the columns are
+// shared, neither is ever modified once sent).
+func (p *producer) batchV1(b *messages.Batch) *messages.Batch {
+	if v := p.lastBatchV1; v != nil && v.FirstCursor == b.FirstCursor && v.Len() == b.Len() && v.ProducerIncarnation == b.ProducerIncarnation {
+		return v
+	}
+	v := &messages.Batch{ProtocolVersion: messages.PreviousProtocolVersion, PubsubName: b.PubsubName, ProducerNode: b.ProducerNode,
+		ProducerIncarnation: b.ProducerIncarnation, Group: b.Group, FirstCursor: b.FirstCursor, Topics: b.Topics,
+		PayloadTypes: b.PayloadTypes, TopicIndex: b.TopicIndex, TypeIndex: b.TypeIndex, PayloadSize: b.PayloadSize,
+		Payloads: b.Payloads, Options: b.Options}
+	p.lastBatchV1 = v
+	return v
+}
+
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
-	req := &messages.Expire{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
 	p.log.Warn().Str("node", pe.m.Name).Uint64("missed", d.Missed).Msg("node fell behind the buffer: sending cursor expired")
 	p.call(ctx, pe, req, func(res interface{}) bool {
@@ -462,7 +522,12 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		if d.To > pe.next {
 			pe.next = d.To
 		}
-		p.expired(ctx, pe, d.Missed)
+		// Counted only when this Expire told the node (a retried one whose
+		// first ack was lost was told then); a version 1 worker does not
+		// say, and tells every Expire that moves its cursor.
+		if ack.ExpiredTold || p.speaks(pe) == messages.PreviousProtocolVersion {
+			p.expired(ctx, pe, d.Missed)
+		}
 		p.service(ctx, pe)
 		return true
 	})
@@ -474,11 +539,24 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 // ringbuf's: Decide from the worker's own cursor when it knows this producer
 // or this producer knows it, Join from the worker's start otherwise.
 func (p *producer) register(ctx actor.Context, pe *peer) {
+	if p.speaks(pe) == messages.PreviousProtocolVersion {
+		p.registerV1(ctx, pe)
+		return
+	}
 	sent := time.Now()
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
-		ProducerIncarnation: p.inc, Group: p.group}
+		ProducerIncarnation: p.inc, Group: p.group, SupportedVersions: p.supported()}
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.RegisterAck)
+		if ok && ack.Status == messages.AckStatus_ACK_STATUS_REJECTED && len(ack.SupportedVersions) == 0 &&
+			strings.Contains(ack.Error, fmt.Sprintf("protocol version %d not supported", messages.ProtocolVersion)) {
+			// A version 1 node (it lists no versions, and refuses ours in
+			// version 1's words): speak version 1 to this incarnation of it.
+			pe.version, pe.probes = messages.PreviousProtocolVersion, 0
+			p.log.Info().Str("node", pe.m.Name).Msg("node speaks protocol version 1 only: falling back to it until it is upgraded")
+			p.registerV1(ctx, pe)
+			return true
+		}
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
 			pe.probes = 0
 			return p.nack(pe, res)
@@ -529,7 +607,10 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 		d = p.ring.Join(pe.since)
 	}
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
-		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From}
+		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From,
+		SupportedVersions: p.supported()}
+	p.joins++
+	req.JoinId = p.joins
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
 		p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
@@ -539,8 +620,43 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK || !ack.Known {
 			return p.nack(pe, res)
 		}
-		if req.MissedWrites {
+		p.joined(ctx, pe, ack) // counts the CursorExpired the join told, if it did
+		return true
+	})
+}
+
+// registerV1 registers with a worker that speaks protocol version 1 only
+// (or as a build pinned to it): one step, no probe. A node not reached yet
+// in this incarnation is owed what was written since this producer listed
+// it (version 1 cannot learn when the node started); one reached before
+// resumes from what it acknowledged, and the worker keeps its own cursor if
+// that is further.
+func (p *producer) registerV1(ctx actor.Context, pe *peer) {
+	next, missed := pe.next, false
+	if pe.workerInc == 0 {
+		d := p.ring.Join(pe.listed)
+		next = d.From
+		if d.Kind == ringbuf.Expired {
+			next, missed = d.To, true
+			p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
+		}
+	}
+	req := &messages.Register{ProtocolVersion: messages.PreviousProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, NextCursor: next, MissedWrites: missed, SupportedVersions: p.supported()}
+	if p.version != messages.PreviousProtocolVersion { // a current worker reports the join by this id
+		p.joins++
+		req.JoinId = p.joins
+	}
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.RegisterAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			return p.nack(pe, res)
+		}
+		if len(ack.SupportedVersions) == 0 && missed && pe.toldFor != ack.WorkerIncarnation {
+			// A version 1 worker does not say whether it told; it tells
+			// every join with missed_writes of a producer it does not hold.
 			p.expired(ctx, pe, 0)
+			pe.toldFor = ack.WorkerIncarnation
 		}
 		p.joined(ctx, pe, ack)
 		return true
@@ -550,6 +666,16 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 // joined takes the worker's cursor for this producer incarnation.
 func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck) {
 	pe.probes = 0
+	if ack.ToldJoin != 0 && pe.toldFor != ack.ToldJoin {
+		// Counted from the worker's word, once per join that told: not for
+		// a join the worker already held (it kept its cursor, told nothing
+		// and names the join that seeded it).
+		p.expired(ctx, pe, 0)
+		pe.toldFor = ack.ToldJoin
+	}
+	if messages.Speaks(ack.SupportedVersions, messages.ProtocolVersion) && pe.version != 0 {
+		pe.version = 0 // upgraded: the next registration speaks the current version
+	}
 	if ack.NextCursor > p.ring.WriteCursor() { // never written by this incarnation: say so, resume at the write cursor
 		p.log.Error().Str("node", pe.m.Name).Uint64("worker_next", ack.NextCursor).Uint64("write", p.ring.WriteCursor()).
 			Msg("worker expects a cursor this producer never wrote")
@@ -561,12 +687,20 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
 	p.rewind(pe) // batches of a previous registration count for nothing here
 	pe.m.Incarnation = ack.WorkerIncarnation
-	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Msg("registered with node")
+	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Uint32("protocol", p.speaks(pe)).Msg("registered with node")
 	p.service(ctx, pe)
 }
 
 // sendRetire ends this incarnation with pe, which acknowledged everything.
 func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
+	if p.speaks(pe) == messages.PreviousProtocolVersion {
+		// Version 1 has no Retire: the node got everything written, and
+		// its subscribers will be told "producer restarted" when this
+		// node's next incarnation joins (version 1's behaviour).
+		pe.retired = true
+		p.checkDrain(ctx)
+		return
+	}
 	req := &messages.Retire{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, FinalCursor: p.ring.WriteCursor()}
 	p.call(ctx, pe, req, func(res interface{}) bool {
@@ -621,6 +755,7 @@ func (p *producer) nack(pe *peer, res interface{}) bool {
 	}
 	if status == messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER {
 		pe.registered = false // the worker lost us (it restarted): handshake again
+		pe.version = 0        // in whatever version its new incarnation speaks
 		pe.lastErr = "worker does not know this producer"
 		return false
 	}
@@ -710,7 +845,8 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	switch ev.Kind {
 	case cluster.Joined, cluster.Updated:
 		if pe == nil {
-			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name)}
+			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name),
+				listed: monotonic()}
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
@@ -721,7 +857,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 				pe.forgetCancel()
 			}
 			if m.Incarnation != 0 && pe.m.Incarnation != 0 && m.Incarnation != pe.m.Incarnation {
-				pe.registered = false // restarted node: handshake again, keep the cursor
+				pe.registered, pe.version = false, 0 // restarted node: handshake again (maybe upgraded), keep the cursor
 			}
 			if m.Incarnation != 0 {
 				pe.m.Incarnation = m.Incarnation

@@ -29,6 +29,10 @@ type known struct {
 	// retired: this incarnation ended with a graceful Stop and everything
 	// below expected was delivered or told; its successor joins silently.
 	retired bool
+	// toldJoin: the join_id of the join (missed_writes) that seeded this
+	// entry and told the subscribers CursorExpired (0: none); reported in
+	// RegisterAck.told_join.
+	toldJoin uint64
 }
 
 // maxProducers bounds a worker's producer table: one entry per producing
@@ -66,6 +70,10 @@ type worker struct {
 	hook    faults.Hook
 	m       *core.Metrics
 	log     zerolog.Logger
+	// version is the newest protocol version this worker speaks: the
+	// current one, or the previous one in a test build pinned to it
+	// (faults.Pinned), which then speaks nothing newer.
+	version uint32
 }
 
 // NewWorker makes the worker of pool group group: it receives the batches
@@ -79,7 +87,8 @@ func newWorker(cfg core.Config, group uint32, node string, inc uint64, started t
 	table := &workerTable{producers: map[string]*known{}, forgot: map[string]tombstone{}}
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
-		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, m: m, log: log}
+		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, m: m, log: log,
+			version: faults.Version(hook)}
 	}
 }
 
@@ -125,8 +134,10 @@ func (w *worker) Receive(ctx actor.Context) {
 // check rejects a request that is not for this worker.
 func (w *worker) check(version uint32, name string, group uint32, node string) error {
 	switch {
-	case version != messages.ProtocolVersion:
-		return fmt.Errorf("protocol version %d not supported (this node speaks %d)", version, messages.ProtocolVersion)
+	case version != messages.PreviousProtocolVersion && version != w.version:
+		// The wording is version 1's: a producer that gets it back without
+		// supported_versions knows the worker speaks version 1 only.
+		return fmt.Errorf("protocol version %d not supported (this node speaks %d)", version, w.version)
 	case name != w.cfg.Name:
 		return fmt.Errorf("pubsub name %q does not match %q", name, w.cfg.Name)
 	case group != w.group:
@@ -154,7 +165,12 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 	if k != nil && m.ProducerIncarnation < k.incarnation {
 		return w.refuse("registration", m.ProducerNode, fmt.Errorf("producer incarnation %d is older than the one this node holds (%d): a stale request", m.ProducerIncarnation, k.incarnation))
 	}
-	if m.Join {
+	if m.ProtocolVersion == messages.PreviousProtocolVersion {
+		var refused *messages.RegisterAck
+		if k, refused = w.registerV1(m, k); refused != nil {
+			return refused
+		}
+	} else if m.Join {
 		if m.WorkerIncarnation != w.inc {
 			return w.refuse("join", m.ProducerNode, fmt.Errorf("join computed for incarnation %d of this node, which is %d now", m.WorkerIncarnation, w.inc))
 		}
@@ -170,39 +186,86 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 			old, hadOld = t, true
 		}
 		if k == nil || hadOld {
-			switch {
-			case m.MissedWrites:
-				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
-			case hadOld && !old.retired:
-				// Whatever the old incarnation wrote and did not deliver is
-				// gone, unless it retired: then nothing was left untold.
-				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
-			}
-			if k == nil {
-				k = &known{}
-				w.table.producers[m.ProducerNode] = k
-			}
-			*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor}
-			delete(w.table.forgot, m.ProducerNode)
+			k = w.seed(m, k, old, hadOld, "messages written after this node started were overwritten before it was reached")
 		}
 		// else: this producer incarnation joined already (a retried or late
 		// join): keep the worker's own cursor.
 		w.log.Debug().Str("producer", m.ProducerNode).Uint64("next", k.expected).Msg("producer joined")
 	}
+	if w.version == messages.PreviousProtocolVersion { // a version 1 build answers with version 1's fields only
+		return &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc, NextCursor: k.expected}
+	}
 	ack := &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc,
-		StartedAgoNanos: uint64(time.Since(w.started))}
+		StartedAgoNanos: uint64(time.Since(w.started)), SupportedVersions: messages.SupportedVersions()}
 	if k != nil && k.incarnation == m.ProducerIncarnation {
 		k.seen = time.Now()
-		ack.Known, ack.NextCursor = true, k.expected
+		ack.Known, ack.NextCursor, ack.ToldJoin = true, k.expected, k.toldJoin
 	} else if t, ok := w.table.forgot[m.ProducerNode]; ok && t.incarnation == m.ProducerIncarnation {
 		ack.Forgot = true // this very incarnation was dropped: where it was is lost
 	}
 	return ack
 }
 
+// seed makes k (nil: a new entry) the entry of the producer incarnation of
+// m at m.NextCursor, telling the subscribers CursorExpired when messages
+// they were owed are gone: missedWrites (said with reason missed), or an
+// older incarnation that did not retire.
+func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool, missed string) *known {
+	told := uint64(0)
+	switch {
+	case m.MissedWrites:
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: missed})
+		told = m.JoinId
+	case hadOld && !old.retired:
+		// Whatever the old incarnation wrote and did not deliver is
+		// gone, unless it retired: then nothing was left untold.
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
+	}
+	if k == nil {
+		k = &known{}
+		w.table.producers[m.ProducerNode] = k
+	}
+	*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor, toldJoin: told}
+	delete(w.table.forgot, m.ProducerNode)
+	return k
+}
+
+// registerV1 applies a Register of protocol version 1 (a node not upgraded
+// yet), with version 1's meaning: one step, no probe. A producer
+// incarnation the worker does not hold is seeded at next_cursor (told
+// CursorExpired with missed_writes, or when it replaces an incarnation that
+// did not retire); for one it holds, a next_cursor ahead of the worker's is
+// a skip, told CursorExpired, and one at or below it changes nothing (so a
+// late or repeated Register never moves a cursor backwards). It returns the
+// entry, or the refusal.
+func (w *worker) registerV1(m *messages.Register, k *known) (*known, *messages.RegisterAck) {
+	if k == nil && len(w.table.producers) >= maxProducers && !w.prune() {
+		return nil, w.refuse("registration", m.ProducerNode, fmt.Errorf("producer table full (%d producers)", maxProducers))
+	}
+	old, hadOld := tombstone{}, false
+	if k != nil && k.incarnation != m.ProducerIncarnation {
+		old, hadOld = tombstone{incarnation: k.incarnation, retired: k.retired}, true
+	} else if t, ok := w.table.forgot[m.ProducerNode]; ok && k == nil && t.incarnation != m.ProducerIncarnation {
+		old, hadOld = t, true
+	}
+	switch {
+	case k == nil || hadOld:
+		k = w.seed(m, k, old, hadOld, "messages written while this node was being reached were not replayed")
+	case m.NextCursor > k.expected:
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "producer skipped messages"})
+		k.expected = m.NextCursor
+	}
+	w.log.Debug().Str("producer", m.ProducerNode).Uint64("next", k.expected).Msg("version 1 producer registered")
+	return k, nil
+}
+
 func (w *worker) refuse(what, node string, err error) *messages.RegisterAck {
 	r := w.reject(what, node, err)
-	return &messages.RegisterAck{Status: r.Status, WorkerNode: w.node, WorkerIncarnation: w.inc, Error: r.Error}
+	ack := &messages.RegisterAck{Status: r.Status, WorkerNode: w.node, WorkerIncarnation: w.inc, Error: r.Error}
+	if w.version != messages.PreviousProtocolVersion {
+		ack.SupportedVersions = messages.SupportedVersions()
+	}
+	return ack
 }
 
 // prune makes room in a full table: it drops the producers not heard from
@@ -240,9 +303,16 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
 	if m.FirstCursor > k.expected {
-		// A batch before this one was lost on the way: take nothing, and
-		// say where to resume. Never a hole in the delivered stream.
-		return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
+		if m.ProtocolVersion == messages.PreviousProtocolVersion {
+			// Version 1 has no OUT_OF_ORDER (its producer would resend the
+			// same batch forever): a gap is told, as version 1 did.
+			w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
+			k.expected = m.FirstCursor
+		} else {
+			// A batch before this one was lost on the way: take nothing, and
+			// say where to resume. Never a hole in the delivered stream.
+			return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
+		}
 	}
 	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor,
 		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
@@ -315,11 +385,14 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	if k == nil {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
-	if m.NextCursor > k.expected { // a retried Expire whose ack was lost is not told twice
+	told := m.NextCursor > k.expected
+	if told { // a retried Expire whose ack was lost is not told twice
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
-	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	ack := w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	ack.ExpiredTold = told && w.version != messages.PreviousProtocolVersion
+	return ack
 }
 
 // retire ends a producer incarnation that stopped gracefully.
@@ -327,17 +400,23 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 	if err := w.check(m.ProtocolVersion, m.PubsubName, m.Group, m.ProducerNode); err != nil {
 		return w.reject("retire", m.ProducerNode, err)
 	}
+	if w.version == messages.PreviousProtocolVersion || m.ProtocolVersion == messages.PreviousProtocolVersion {
+		return w.reject("retire", m.ProducerNode, fmt.Errorf("protocol version 1 has no Retire"))
+	}
 	k := w.producer(m.ProducerNode, m.ProducerIncarnation)
 	if k == nil {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
-	if m.FinalCursor > k.expected {
+	told := m.FinalCursor > k.expected
+	if told {
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
 			Reason: "producer stopped before this node got everything"})
 		k.expected = m.FinalCursor
 	}
 	k.retired = true
-	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	ack := w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	ack.ExpiredTold = told
+	return ack
 }
 
 // expired tells this node's subscribers, and counts it.

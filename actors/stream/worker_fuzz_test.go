@@ -189,6 +189,8 @@ func (f *fuzzWorker) ops(data []byte) []struct {
 			node = ""
 		case 5:
 			cursor = math.MaxUint64 - 1 // overflow with 2+ entries
+		case 6:
+			version = messages.PreviousProtocolVersion // a node not upgraded yet: version 1's meaning
 		}
 		var req proto.Message
 		switch op[0] / 3 % 3 {

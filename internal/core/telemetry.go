@@ -24,7 +24,24 @@ type Metrics struct {
 	groupAttrs                      []metric.MeasurementOption
 	pubsubAttr                      attribute.KeyValue
 	lagGauge, fillGauge, failsGauge metric.Int64ObservableGauge
+
+	// Back-pressure (delivery to this node's subscribers) and sessions.
+	dropped, bpNotices            metric.Int64Counter
+	slowActions, sessionPressure  metric.Int64Counter
+	sessionRefused                metric.Int64Counter
+	reservationsGauge             metric.Int64ObservableGauge
+	reservations                  atomic.Pointer[func() int64] // read by the gauge's callback
+	pubsubOnly                    metric.MeasurementOption
+	dropAttrs, bpAttrs            map[string]metric.MeasurementOption
+	actionAttrs, sessPressureAttr map[string]metric.MeasurementOption
 }
+
+// Causes of a dropped delivery (attribute "cause" of echopubsub.subscriber.dropped).
+const (
+	DropBound        = "bound"         // the subscriber's queue was at its bound
+	DropAbsent       = "absent"        // a named subscriber: nothing answered to its name
+	DropNoticeCopies = "notice_copies" // a copy for the notice subscriber, itself at its bound
+)
 
 type gaugeKey struct {
 	group uint32
@@ -76,9 +93,30 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		metric.WithDescription("Consecutive failed calls to a peer node.")); err != nil {
 		return nil, err
 	}
+	m.dropped = counter("echopubsub.subscriber.dropped", "Deliveries to this node's subscribers dropped, by cause: bound (queue full), absent (named subscriber not running), notice_copies.")
+	m.bpNotices = counter("echopubsub.backpressure.notices", "BackPressure notices sent to this node's subscribers, by state (dropping, resumed).")
+	m.slowActions = counter("echopubsub.session.slow_consumer_actions", "Sessions closed because a durable delivery found HardQueue pending, by action (disconnect, exit_owner).")
+	m.sessionPressure = counter("echopubsub.session.pressure_notices", "SessionPressure notices sent to session owners, by state.")
+	m.sessionRefused = counter("echopubsub.session.refused", "Durable session deliveries refused because the node's reservation table was full.")
 	if err != nil {
 		return nil, err
 	}
+	if m.reservationsGauge, err = meter.Int64ObservableGauge("echopubsub.session.reservations",
+		metric.WithDescription("Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")); err != nil {
+		return nil, err
+	}
+	m.pubsubOnly = metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr))
+	with := func(key string, values ...string) map[string]metric.MeasurementOption {
+		out := map[string]metric.MeasurementOption{}
+		for _, v := range values {
+			out[v] = metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr, attribute.String(key, v)))
+		}
+		return out
+	}
+	m.dropAttrs = with("cause", DropBound, DropAbsent, DropNoticeCopies)
+	m.bpAttrs = with("state", "dropping", "resumed")
+	m.actionAttrs = with("action", "disconnect", "exit_owner")
+	m.sessPressureAttr = with("state", "soft_queue_exceeded", "soft_queue_relieved", "reservations_full", "reservations_resumed")
 	for g := 0; g < poolSize; g++ {
 		m.groupAttrs = append(m.groupAttrs, metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr, attribute.Int("group", g))))
 	}
@@ -90,8 +128,11 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 			o.ObserveInt64(m.failsGauge, pg.Failures.Load(), pg.Attrs)
 			return true
 		})
+		if f := m.reservations.Load(); f != nil {
+			o.ObserveInt64(m.reservationsGauge, (*f)(), m.pubsubOnly)
+		}
 		return nil
-	}, m.lagGauge, m.fillGauge, m.failsGauge)
+	}, m.lagGauge, m.fillGauge, m.failsGauge, m.reservationsGauge)
 	if err != nil {
 		return nil, err
 	}
@@ -125,4 +166,71 @@ func (m *Metrics) Group(g uint32) metric.MeasurementOption {
 		return m.groupAttrs[g]
 	}
 	return metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr))
+}
+
+// Dropped counts deliveries dropped for cause (DropBound, DropAbsent,
+// DropNoticeCopies). Safe on a nil Metrics.
+func (m *Metrics) Dropped(cause string) {
+	if m != nil {
+		m.dropped.Add(context.Background(), 1, m.attr(m.dropAttrs, cause))
+	}
+}
+
+// BackPressureNotice counts a BackPressure notice (resumed false: DROPPING).
+func (m *Metrics) BackPressureNotice(resumed bool) {
+	if m == nil {
+		return
+	}
+	state := "dropping"
+	if resumed {
+		state = "resumed"
+	}
+	m.bpNotices.Add(context.Background(), 1, m.attr(m.bpAttrs, state))
+}
+
+// SlowConsumerAction counts a session closed at HardQueue; exitOwner: its
+// owner is stopped too.
+func (m *Metrics) SlowConsumerAction(exitOwner bool) {
+	if m == nil {
+		return
+	}
+	action := "disconnect"
+	if exitOwner {
+		action = "exit_owner"
+	}
+	m.slowActions.Add(context.Background(), 1, m.attr(m.actionAttrs, action))
+}
+
+// SessionPressure counts a SessionPressure notice; state is
+// soft_queue_exceeded, soft_queue_relieved, reservations_full or
+// reservations_resumed.
+func (m *Metrics) SessionPressure(state string) {
+	if m != nil {
+		m.sessionPressure.Add(context.Background(), 1, m.attr(m.sessPressureAttr, state))
+	}
+}
+
+// SessionRefused counts a durable session delivery refused (reservation
+// table full).
+func (m *Metrics) SessionRefused() {
+	if m != nil {
+		m.sessionRefused.Add(context.Background(), 1, m.pubsubOnly)
+	}
+}
+
+// ObserveReservations makes the reservations gauge read f (the session
+// engine's count of pending reservations).
+func (m *Metrics) ObserveReservations(f func() int64) {
+	if m != nil {
+		m.reservations.Store(&f)
+	}
+}
+
+// attr is the attribute set for value v, or the pubsub's alone for a value
+// not listed (never a nil option).
+func (m *Metrics) attr(set map[string]metric.MeasurementOption, v string) metric.MeasurementOption {
+	if a, ok := set[v]; ok {
+		return a
+	}
+	return m.pubsubOnly
 }

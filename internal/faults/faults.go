@@ -4,7 +4,11 @@
 // has no way to.
 package faults
 
-import "google.golang.org/protobuf/proto"
+import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/messages"
+)
 
 // Hook lets tests inject faults on the send and receive path between
 // producers and workers. Production code leaves it nil; the per-message
@@ -30,3 +34,19 @@ type Hook interface {
 // package sets it at init (this package cannot import the root package);
 // callers assert the result to echopubsub.Option.
 var Option func(h Hook) any
+
+// Pinned is implemented by a Hook that pins the wire protocol version its
+// node speaks: a test build of a node of the previous version (rolling
+// upgrades). Only messages.PreviousProtocolVersion can be pinned; 0 or
+// anything else is the current version.
+type Pinned interface {
+	ProtocolVersion() uint32
+}
+
+// Version is the protocol version a node with hook h speaks.
+func Version(h Hook) uint32 {
+	if p, ok := h.(Pinned); ok && p.ProtocolVersion() == messages.PreviousProtocolVersion {
+		return messages.PreviousProtocolVersion
+	}
+	return messages.ProtocolVersion
+}
