@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -331,17 +332,15 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 	if spec.class != Durable && spec.class != Ephemeral {
 		return fmt.Errorf("echopubsub: Class must be Durable or Ephemeral, got %d", int(spec.class))
 	}
-	_, rec, err := ps.session(id)
+	rec, old, err := ps.lockSubs(id)
 	if err != nil {
 		return err
 	}
-	rec.subMu.Lock()
 	defer rec.subMu.Unlock()
-	old := *rec.subs.Load()
 	_, already := old[topic]
-	next := make(map[string]subSpec, len(old)+1)
-	for k, v := range old {
-		next[k] = v
+	next := maps.Clone(old)
+	if next == nil {
+		next = map[string]subSpec{}
 	}
 	next[topic] = spec
 	rec.subs.Store(&next) // before subscribing: the first delivery finds its options
@@ -361,27 +360,33 @@ func (ps *PubSub) SessionUnsubscribe(id, topic string) error {
 	if topic == "" {
 		return ErrEmptyTopic
 	}
-	_, rec, err := ps.session(id)
+	rec, old, err := ps.lockSubs(id)
 	if err != nil {
 		return err
 	}
-	rec.subMu.Lock()
 	defer rec.subMu.Unlock()
-	old := *rec.subs.Load()
 	if _, ok := old[topic]; !ok {
 		return nil
 	}
 	if err := ps.Unsubscribe(rec.actor.Load(), topic); err != nil {
 		return err
 	}
-	next := make(map[string]subSpec, len(old))
-	for k, v := range old {
-		if k != topic {
-			next[k] = v
-		}
-	}
+	next := maps.Clone(old)
+	delete(next, topic)
 	rec.subs.Store(&next)
 	return nil
+}
+
+// lockSubs returns session id's record with its subscription lock held (the
+// caller unlocks rec.subMu) and its current subscription table, which the
+// caller replaces, never modifies.
+func (ps *PubSub) lockSubs(id string) (*sessionRec, map[string]subSpec, error) {
+	_, rec, err := ps.session(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec.subMu.Lock()
+	return rec, *rec.subs.Load(), nil
 }
 
 // CloseSession closes session id: its reservations are released, its owner
