@@ -28,7 +28,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +43,10 @@ type Store struct {
 	pool    *pgxpool.Pool
 	owned   bool
 	closed  atomic.Bool
+	mu      sync.Mutex // queue, and wake's close
+	queue   []*pending
+	wake    chan struct{}
+	stopped chan struct{}
 	streams string // quoted table names
 	records string
 }
@@ -96,6 +102,8 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
+	s.wake, s.stopped = make(chan struct{}, 1), make(chan struct{})
+	go s.committer()
 	return s, nil
 }
 
@@ -134,42 +142,122 @@ func (s *Store) migrate(ctx context.Context) error {
 // Shared is true: every node appends to and reads the same streams.
 func (s *Store) Shared() bool { return true }
 
-// Append implements echopubsub.Store: one transaction; streams are locked
-// in name order (no deadlock between appends to several streams).
+// Append implements echopubsub.Store. Appends from concurrent callers are
+// committed together (group commit: one transaction for everything queued
+// while the previous one ran, with no added delay for a lone caller), in
+// one goroutine of the store. ctx bounds the wait: a commit that ctx
+// abandoned may still land.
 func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
-	if s.closed.Load() {
-		return echopubsub.ErrStoreClosed
-	}
 	if len(recs) == 0 {
 		return nil
 	}
-	byStream := map[string][]int{}
 	for i := range recs {
 		if err := echopubsub.ValidateRecord(&recs[i]); err != nil {
 			return err
 		}
-		byStream[recs[i].Stream] = append(byStream[recs[i].Stream], i)
+	}
+	a := &pending{recs: append([]echopubsub.Record(nil), recs...), done: make(chan error, 1)}
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return echopubsub.ErrStoreClosed
+	}
+	s.queue = append(s.queue, a)
+	select { // under mu: Close closes wake under mu
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending: the committer will find a
+	}
+	s.mu.Unlock()
+	select {
+	case err := <-a.done:
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			recs[i].Cursor = a.recs[i].Cursor
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pgstore: append: %w", ctx.Err())
+	}
+}
+
+// pending is one queued Append (its own copy of the records).
+type pending struct {
+	recs []echopubsub.Record
+	done chan error
+}
+
+// commitTimeout bounds one group commit.
+const commitTimeout = 30 * time.Second
+
+// committer commits what is queued until Close.
+func (s *Store) committer() {
+	defer close(s.stopped)
+	for range s.wake {
+		for {
+			s.mu.Lock()
+			batch := s.queue
+			s.queue = nil
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			s.commitBatch(batch)
+		}
+	}
+}
+
+// commitBatch commits batch in one transaction; when it fails, each
+// append is retried alone, so that one bad append does not fail the others.
+func (s *Store) commitBatch(batch []*pending) {
+	var all []*echopubsub.Record
+	for _, a := range batch {
+		for i := range a.recs {
+			all = append(all, &a.recs[i])
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	err := s.commit(ctx, all)
+	cancel()
+	if err == nil || len(batch) == 1 {
+		for _, a := range batch {
+			a.done <- err
+		}
+		return
+	}
+	for _, a := range batch {
+		s.commitBatch([]*pending{a})
+	}
+}
+
+// commit appends recs in one transaction and sets their cursors. Streams
+// are locked in name order (no deadlock between appends to several
+// streams, from this node or another).
+func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
+	byStream := map[string][]*echopubsub.Record{}
+	for _, r := range recs {
+		byStream[r.Stream] = append(byStream[r.Stream], r)
 	}
 	names := make([]string, 0, len(byStream))
 	for n := range byStream {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	cursors := make([]uint64, len(recs))
+	cursors := make(map[*echopubsub.Record]uint64, len(recs))
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows := make([][]any, 0, len(recs))
 		for _, n := range names {
-			idx := byStream[n]
+			rs := byStream[n]
 			var last int64
 			if err := tx.QueryRow(ctx, `INSERT INTO `+s.streams+` AS s (stream, last_cursor) VALUES ($1, $2)
 				ON CONFLICT (stream) DO UPDATE SET last_cursor = s.last_cursor + EXCLUDED.last_cursor
-				RETURNING last_cursor`, n, int64(len(idx))).Scan(&last); err != nil {
+				RETURNING last_cursor`, n, int64(len(rs))).Scan(&last); err != nil {
 				return fmt.Errorf("stream %q: %w", n, err)
 			}
-			c := uint64(last) - uint64(len(idx)) + 1
-			for _, i := range idx {
-				r := &recs[i]
-				cursors[i] = c
+			c := uint64(last) - uint64(len(rs)) + 1
+			for _, r := range rs {
+				cursors[r] = c
 				payload := r.Payload
 				if payload == nil {
 					payload = []byte{}
@@ -188,8 +276,8 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 		}
 		return fmt.Errorf("pgstore: append: %w", err)
 	}
-	for i := range recs {
-		recs[i].Cursor = cursors[i]
+	for r, c := range cursors {
+		r.Cursor = c
 	}
 	return nil
 }
@@ -252,11 +340,17 @@ func (s *Store) readErr(err error) error {
 // isClosed: pgxpool's (puddle's) error for a closed pool.
 func isClosed(err error) bool { return err != nil && strings.Contains(err.Error(), "closed pool") }
 
-// Close closes the pool when New opened it.
+// Close waits for queued appends to commit, then closes the pool when New
+// opened it.
 func (s *Store) Close() error {
+	s.mu.Lock()
 	if !s.closed.CompareAndSwap(false, true) {
+		s.mu.Unlock()
 		return nil
 	}
+	close(s.wake)
+	s.mu.Unlock()
+	<-s.stopped // queued appends are committed first
 	if s.owned {
 		s.pool.Close()
 	}

@@ -53,6 +53,7 @@ func TestPostgresStoreConformance(t *testing.T) {
 			prefix[s] = p
 			return s
 		},
+		Twin: func(t *testing.T, s echopubsub.Store) echopubsub.Store { return open(t, prefix[s]) },
 		Reopen: func(t *testing.T, s echopubsub.Store) echopubsub.Store {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)

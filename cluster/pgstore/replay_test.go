@@ -124,4 +124,3 @@ func TestReplayAfterFullClusterRestartPostgres(t *testing.T) {
 		t.Fatalf("the nodes replayed different rows:\n%v\n%v", replayed[0], replayed[1])
 	}
 }
-
