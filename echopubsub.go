@@ -165,6 +165,9 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
 	if dur.store != nil {
 		dur.node, dur.timeout, dur.log = addr, cfg.CallTimeout, rt.Log
+		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
+			return nil, err
+		}
 		rt.Durable = dur
 	}
 	if o.meterProvider != nil {

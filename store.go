@@ -156,6 +156,7 @@ type durability struct {
 	log     zerolog.Logger
 
 	store     Store
+	preds     map[uint32][2]uint64 // group -> previous incarnation, final cursor
 	owned     bool // opened by WithStorePath: closed by Stop
 	exact     map[string]bool
 	prefixes  []string
@@ -277,7 +278,7 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 }
 
 func (d *durability) local() LocalStore {
-	if d.store.Shared() {
+	if d == nil || d.store == nil || d.store.Shared() {
 		return nil
 	}
 	l, _ := d.store.(LocalStore)
@@ -330,7 +331,7 @@ func (d *durability) Lost(p core.ProducerPos, missed uint64, reason string) erro
 // node restarted since it last heard of the producer), the position
 // recorded before says whether this node's store missed messages while
 // the node was away.
-func (d *durability) Joined(p core.ProducerPos, told bool) error {
+func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) error {
 	l := d.local()
 	if l == nil {
 		return nil
@@ -353,11 +354,16 @@ func (d *durability) Joined(p core.ProducerPos, told bool) error {
 			missed = p.Next - old.Next
 			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
 		}
-	case !old.Retired:
+	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
+		// The previous incarnation ended where this store got to (it
+		// retired here, or its node says so from its own store): only
+		// what the new one wrote before this node started is missing.
+		if p.Next > 0 {
+			missed = p.Next
+			reason = fmt.Sprintf("this node was away while the producer's new incarnation wrote cursors 0 to %d", p.Next-1)
+		}
+	default:
 		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
-	case p.Next > 0:
-		missed = p.Next
-		reason = fmt.Sprintf("this node was away while the producer's new incarnation wrote cursors 0 to %d", p.Next-1)
 	}
 	if reason == "" {
 		return l.AppendAt(ctx, nil, producerPosition(p, false))
@@ -376,4 +382,50 @@ func (d *durability) Retired(p core.ProducerPos) error {
 	ctx, cancel := d.ctx()
 	defer cancel()
 	return l.AppendAt(ctx, nil, producerPosition(p, true))
+}
+
+// selfNode keys this node's own producer records in the positions of a
+// LocalStore: where each group's incarnation ended at a graceful Stop.
+const selfNode = "\x00self"
+
+// loadPredecessors reads where this node's producers ended last time.
+func (d *durability) loadPredecessors(groups int) error {
+	d.preds = map[uint32][2]uint64{}
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	for g := 0; g < groups; g++ {
+		pos, ok, err := l.Position(ctx, selfNode, uint32(g))
+		if err != nil {
+			return fmt.Errorf("echopubsub: durable store: %w", err)
+		}
+		if ok && pos.Retired {
+			d.preds[uint32(g)] = [2]uint64{pos.Incarnation, pos.Next}
+		}
+	}
+	return nil
+}
+
+// Predecessor implements core.Durable.
+func (d *durability) Predecessor(group uint32) (uint64, uint64) {
+	p := d.preds[group]
+	return p[0], p[1]
+}
+
+// ended records where this node's producer of group ended (graceful Stop,
+// after its drain): told to peers by its next incarnation.
+func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
+	l := d.local()
+	if l == nil || incarnation == 0 {
+		return
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	pos := ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
+	if err := l.AppendAt(ctx, nil, pos); err != nil {
+		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
+	}
 }

@@ -193,7 +193,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 				if ce != nil {
 					err = w.dur.Lost(pos, 0, ce.Reason)
 				} else {
-					err = w.dur.Joined(pos, hadOld)
+					err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
 				}
 				if err != nil {
 					return w.refuse("join", m.ProducerNode, fmt.Errorf("durable store: %w", err))

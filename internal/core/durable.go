@@ -26,11 +26,15 @@ type Durable interface {
 	// the worker already told (or had no need to tell, knowing the
 	// previous incarnation) about what came before; otherwise the store
 	// compares with what it recorded of this producer before this node
-	// started.
-	Joined(p ProducerPos, told bool) error
+	// started; predInc and predFinal are the producer's previous
+	// incarnation and where it ended (Register.predecessor_*; 0: unknown).
+	Joined(p ProducerPos, told bool, predInc, predFinal uint64) error
 	// Retired records that p's producer incarnation ended gracefully at
 	// p.Next with nothing left untold.
 	Retired(p ProducerPos) error
+	// Predecessor is this node's previous incarnation of group's producer
+	// and the write cursor it ended at gracefully (0, 0: unknown).
+	Predecessor(group uint32) (incarnation, final uint64)
 }
 
 // ProducerPos is one producer incarnation's position in a worker.
