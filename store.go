@@ -157,7 +157,7 @@ type durability struct {
 
 	store     Store
 	preds     map[uint32][2]uint64 // group -> previous incarnation, final cursor
-	owned     bool // opened by WithStorePath: closed by Stop
+	owned     bool                 // opened by WithStorePath: closed by Stop
 	exact     map[string]bool
 	prefixes  []string
 	authorize func(sessionID, stream string) error
@@ -300,7 +300,9 @@ func (d *durability) Received(p core.ProducerPos, rows []core.Row) error {
 		}
 		return d.appendRows(d.store.Append, p, rows)
 	}
-	return d.appendRows(func(ctx context.Context, recs []Record) error { return l.AppendAt(ctx, recs, producerPosition(p, false)) }, p, rows)
+	return d.appendRows(func(ctx context.Context, recs []Record) error {
+		return l.AppendAt(ctx, recs, producerPosition(p, false))
+	}, p, rows)
 }
 
 func (d *durability) appendRows(appendFn func(context.Context, []Record) error, p core.ProducerPos, rows []core.Row) error {

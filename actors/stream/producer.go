@@ -139,9 +139,9 @@ type producer struct {
 	restarted   bool
 	// dur, when set, knows this node's previous incarnation of the group
 	// (told to joining workers: see Register.predecessor_incarnation).
-	dur core.Durable
-	lastWarn    time.Time
-	drainTo     *actor.PID // who asked Drain; nil when not draining
+	dur      core.Durable
+	lastWarn time.Time
+	drainTo  *actor.PID // who asked Drain; nil when not draining
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
