@@ -129,6 +129,7 @@ func TestReplayStopsAtFullReservationTable(t *testing.T) {
 	if st.Delivered != 4 || !st.Stopped || st.ResumeCursor != 5 || st.Dropped != 2 {
 		t.Fatalf("session b with 4 free reservations: %+v, want 4 delivered, stopped at 5", st)
 	}
+	waitEnvelopes(t, a, 6) // ackAll acks what the owner received
 	ackAll(t, nd, ida, a)
 	waitEnvelopes(t, b, 4)
 	st = replay(t, nd, idb, "room:1", echopubsub.ReplayOptions{Limit: 6, From: st.ResumeCursor})

@@ -150,9 +150,14 @@ func WithAuthorizer(fn func(sessionID, stream string) error) Option {
 }
 
 // durability is the durable side of one pubsub.
+// minStoreTimeout is the least a store call is given (Config.CallTimeout
+// when longer): an fsync on a busy disk can take a while, and a durable
+// broadcast that gives up too early fails for nothing.
+const minStoreTimeout = 5 * time.Second
+
 type durability struct {
 	node    string        // this node (set by Start)
-	timeout time.Duration // each store call (Config.CallTimeout)
+	timeout time.Duration // each store call: max(Config.CallTimeout, minStoreTimeout)
 	log     zerolog.Logger
 
 	store     Store
