@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -345,4 +348,39 @@ func addrsOf(nodes []*test.Node) []string {
 		out = append(out, nd.Addr)
 	}
 	return out
+}
+
+// TestDurableBroadcastPaths: every broadcast path of a durable topic is
+// appended (Broadcast, BroadcastFrom, BroadcastContext, a Broadcast sent to
+// PID), and DirectBroadcast and LocalBroadcast are not.
+func TestDurableBroadcastPaths(t *testing.T) {
+	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+		echopubsub.WithDurableTopics("room:1"))[0]
+	c := nd.Subscribe(t, "room:1")
+	ps := nd.PS
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("Broadcast", ps.Broadcast(nil, "room:1", stamp(1)))
+	must("BroadcastFrom", ps.BroadcastFrom(c.PID, "room:1", stamp(2))) // c is excluded live, not from the stream
+	must("BroadcastContext", ps.BroadcastContext(replayCtx(t), nil, "room:1", stamp(3)))
+	must("DirectBroadcast", ps.DirectBroadcast(nd.Addr, "room:1", stamp(100)))
+	must("LocalBroadcast", ps.LocalBroadcast("room:1", stamp(101)))
+	body, err := anypb.New(stamp(4))
+	must("anypb", err)
+	res, err := nd.System.Root.RequestFuture(ps.PID(), &messages.Broadcast{Topic: "room:1", Message: body}, 5*time.Second).Result()
+	must("PID Broadcast", err)
+	if e := res.(*messages.BroadcastResult).Error; e != "" {
+		t.Fatalf("PID Broadcast: %s", e)
+	}
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	st := replay(t, nd, id, "room:1", echopubsub.ReplayOptions{Limit: 10})
+	waitEnvelopes(t, o, st.Delivered)
+	if fmt.Sprint(o.seqs()) != "[1 2 3 4]" {
+		t.Fatalf("stream holds %v, want [1 2 3 4] (not the direct or local ones)", o.seqs())
+	}
 }
