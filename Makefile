@@ -16,17 +16,18 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 .PHONY: test vet deps soak-long soak-plant bench
 
 # test installs what the tests need (first run only) and runs every test,
-# in both modules.
+# in every module (root, test/e2e, cluster/pgstore).
 test: deps
 	ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
 	ECHOPUBSUB_CHAOS_RACE=1 $(GO) test -count=1 -p 1 -timeout 30m ./... && \
-	cd $(E2E) && $(GO) test -count=1 -p 1 -timeout 15m ./...
+	cd $(E2E) && $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	cd $(CURDIR)/cluster/pgstore && $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 deps:
 	@.ci/deps >/dev/null
 
-# vet: gofmt, go vet and go mod tidy -diff over both modules (what .ci/run
+# vet: gofmt, go vet and go mod tidy -diff over every module (what .ci/run
 # checks before the tests).
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -35,6 +36,7 @@ vet:
 	cd $(E2E) && $(GO) vet ./...
 	$(GO) mod tidy -diff
 	cd $(E2E) && $(GO) mod tidy -diff
+	cd cluster/pgstore && $(GO) vet ./... && $(GO) mod tidy -diff
 
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:

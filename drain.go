@@ -38,6 +38,7 @@ func (ps *PubSub) drain(ctx context.Context) {
 			continue
 		}
 		retired += d.Retired
+		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor)
 		for node, lag := range d.Away {
 			away[node] += lag
 		}

@@ -56,6 +56,11 @@ type options struct {
 	log           *zerolog.Logger
 	hook          faults.Hook
 	meterProvider metric.MeterProvider
+	// durable streams (store.go)
+	store     Store
+	storePath string
+	durable   []string
+	authorize func(sessionID, stream string) error
 }
 
 // WithMembership sets how nodes are found. Defaults to cluster.NewStatic with
@@ -109,7 +114,8 @@ type PubSub struct {
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
-	sess       *sessions // acknowledged sessions (session.go)
+	sess       *sessions   // acknowledged sessions (session.go)
+	dur        *durability // durable streams (store.go)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -142,7 +148,28 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	if o.membership == nil {
 		o.membership = cluster.NewStatic(addr)
 	}
+	dur, err := newDurability(&o)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := start(system, cfg, addr, o, log, dur)
+	if err != nil {
+		_ = dur.close()
+		return nil, err
+	}
+	ps.dur = dur
+	return ps, nil
+}
+
+func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durability) (*PubSub, error) {
 	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
+	if dur.store != nil {
+		dur.node, dur.timeout, dur.log = addr, max(cfg.CallTimeout, minStoreTimeout), rt.Log
+		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
+			return nil, err
+		}
+		rt.Durable = dur
+	}
 	if o.meterProvider != nil {
 		m, err := core.NewMetrics(o.meterProvider, cfg.Name, cfg.PoolSize)
 		if err != nil {
@@ -529,6 +556,9 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.remove(ps.rt)
+		if err := ps.dur.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

@@ -692,9 +692,16 @@ type Register struct {
 	SupportedVersions []uint32 `protobuf:"varint,10,rep,packed,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
 	// For a join: an id the producer incarnation gives each join it sends
 	// (never 0), echoed in RegisterAck.told_join.
-	JoinId        uint64 `protobuf:"varint,11,opt,name=join_id,json=joinId,proto3" json:"join_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	JoinId uint64 `protobuf:"varint,11,opt,name=join_id,json=joinId,proto3" json:"join_id,omitempty"`
+	// For a join, when the producer node keeps a node-local durable store:
+	// its previous incarnation of this group (0: unknown, e.g. after kill -9)
+	// and the write cursor it ended at with a graceful Stop. A worker whose
+	// store holds that incarnation up to predecessor_final missed nothing of
+	// it (no gap row).
+	PredecessorIncarnation uint64 `protobuf:"varint,12,opt,name=predecessor_incarnation,json=predecessorIncarnation,proto3" json:"predecessor_incarnation,omitempty"`
+	PredecessorFinal       uint64 `protobuf:"varint,13,opt,name=predecessor_final,json=predecessorFinal,proto3" json:"predecessor_final,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -800,6 +807,20 @@ func (x *Register) GetSupportedVersions() []uint32 {
 func (x *Register) GetJoinId() uint64 {
 	if x != nil {
 		return x.JoinId
+	}
+	return 0
+}
+
+func (x *Register) GetPredecessorIncarnation() uint64 {
+	if x != nil {
+		return x.PredecessorIncarnation
+	}
+	return 0
+}
+
+func (x *Register) GetPredecessorFinal() uint64 {
+	if x != nil {
+		return x.PredecessorFinal
 	}
 	return 0
 }
@@ -1983,7 +2004,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\x95\x03\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xfb\x03\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1998,7 +2019,9 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\x12-\n" +
 	"\x12supported_versions\x18\n" +
 	" \x03(\rR\x11supportedVersions\x12\x17\n" +
-	"\ajoin_id\x18\v \x01(\x04R\x06joinId\"\xfb\x01\n" +
+	"\ajoin_id\x18\v \x01(\x04R\x06joinId\x127\n" +
+	"\x17predecessor_incarnation\x18\f \x01(\x04R\x16predecessorIncarnation\x12+\n" +
+	"\x11predecessor_final\x18\r \x01(\x04R\x10predecessorFinal\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +

@@ -56,6 +56,9 @@ type Drained struct {
 	// not waited for, with what they had not acknowledged.
 	Retired int
 	Away    map[string]uint64
+	// Incarnation and WriteCursor: where this producer incarnation ended
+	// (its last write is WriteCursor - 1).
+	Incarnation, WriteCursor uint64
 }
 
 type (
@@ -149,8 +152,11 @@ type producer struct {
 	timer       bool
 	dead        bool
 	restarted   bool
-	lastWarn    time.Time
-	drainTo     *actor.PID // who asked Drain; nil when not draining
+	// dur, when set, knows this node's previous incarnation of the group
+	// (told to joining workers: see Register.predecessor_incarnation).
+	dur      core.Durable
+	lastWarn time.Time
+	drainTo  *actor.PID // who asked Drain; nil when not draining
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -166,7 +172,8 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 	return func() actor.Actor {
 		starts++
 		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, queue: rt.Queues[group], hook: rt.Hook,
-			version: faults.Version(rt.Hook), m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1}
+			version: faults.Version(rt.Hook), m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1,
+			dur: rt.Durable}
 	}
 }
 
@@ -611,6 +618,9 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 		SupportedVersions: p.supported()}
 	p.joins++
 	req.JoinId = p.joins
+	if p.dur != nil && !p.restarted { // a restarted actor's predecessor is this process's crashed one
+		req.PredecessorIncarnation, req.PredecessorFinal = p.dur.Predecessor(p.group)
+	}
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
 		p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
@@ -724,7 +734,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
 		return
 	}
-	res := &Drained{Group: p.group, Away: map[string]uint64{}}
+	res := &Drained{Group: p.group, Away: map[string]uint64{}, Incarnation: p.inc, WriteCursor: p.ring.WriteCursor()}
 	for _, pe := range p.peers {
 		switch {
 		case pe.retired:

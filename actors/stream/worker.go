@@ -74,13 +74,21 @@ type worker struct {
 	// current one, or the previous one in a test build pinned to it
 	// (faults.Pinned), which then speaks nothing newer.
 	version uint32
+	// dur, when set, is told what the worker receives and loses, so that
+	// a node-local durable store holds it (see core.Durable).
+	dur core.Durable
 }
 
 // NewWorker makes the worker of pool group group: it receives the batches
 // of every other member's producer of that group and hands them to this
 // node's subscribers through d, in order, before acknowledging them.
 func NewWorker(rt *core.Runtime, group uint32, d *delivery.Dispatcher) actor.Producer {
-	return newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, d, rt.Hook, rt.Metrics, rt.Log)
+	p := newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, d, rt.Hook, rt.Metrics, rt.Log)
+	return func() actor.Actor {
+		w := p().(*worker)
+		w.dur = rt.Durable
+		return w
+	}
 }
 
 func newWorker(cfg core.Config, group uint32, node string, inc uint64, started time.Time, d *delivery.Dispatcher, hook faults.Hook, m *core.Metrics, log zerolog.Logger) actor.Producer {
@@ -186,7 +194,10 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 			old, hadOld = t, true
 		}
 		if k == nil || hadOld {
-			k = w.seed(m, k, old, hadOld, "messages written after this node started were overwritten before it was reached")
+			var err error
+			if k, err = w.seed(m, k, old, hadOld, "messages written after this node started were overwritten before it was reached"); err != nil {
+				return w.refuse("join", m.ProducerNode, err)
+			}
 		}
 		// else: this producer incarnation joined already (a retried or late
 		// join): keep the worker's own cursor.
@@ -210,16 +221,32 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 // m at m.NextCursor, telling the subscribers CursorExpired when messages
 // they were owed are gone: missedWrites (said with reason missed), or an
 // older incarnation that did not retire.
-func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool, missed string) *known {
+func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool, missed string) (*known, error) {
+	var ce *messages.CursorExpired
 	told := uint64(0)
 	switch {
 	case m.MissedWrites:
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: missed})
+		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: missed}
 		told = m.JoinId
 	case hadOld && !old.retired:
 		// Whatever the old incarnation wrote and did not deliver is
 		// gone, unless it retired: then nothing was left untold.
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
+		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"}
+	}
+	if w.dur != nil { // recorded first: a store that fails changes nothing (the producer joins again)
+		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
+		var err error
+		if ce != nil {
+			err = w.dur.Lost(pos, 0, ce.Reason)
+		} else {
+			err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
+		}
+		if err != nil {
+			return k, fmt.Errorf("durable store: %w", err)
+		}
+	}
+	if ce != nil {
+		w.expired(ce)
 	}
 	if k == nil {
 		k = &known{}
@@ -227,7 +254,7 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 	}
 	*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor, toldJoin: told}
 	delete(w.table.forgot, m.ProducerNode)
-	return k
+	return k, nil
 }
 
 // registerV1 applies a Register of protocol version 1 (a node not upgraded
@@ -250,7 +277,10 @@ func (w *worker) registerV1(m *messages.Register, k *known) (*known, *messages.R
 	}
 	switch {
 	case k == nil || hadOld:
-		k = w.seed(m, k, old, hadOld, "messages written while this node was being reached were not replayed")
+		var err error
+		if k, err = w.seed(m, k, old, hadOld, "messages written while this node was being reached were not replayed"); err != nil {
+			return nil, w.refuse("registration", m.ProducerNode, err)
+		}
 	case m.NextCursor > k.expected:
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "producer skipped messages"})
 		k.expected = m.NextCursor
@@ -314,6 +344,11 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 			return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
 		}
 	}
+	if w.dur != nil {
+		if err := w.store(m, k); err != nil {
+			return w.reject("batch", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+		}
+	}
 	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor,
 		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
 		types: make([]protoreflect.MessageType, len(m.PayloadTypes))}
@@ -327,6 +362,31 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	delivered := d.delivered
 	w.m.Delivered.Add(context.Background(), delivered, w.m.Group(w.group))
 	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+}
+
+// store hands the batch's new durable entries (not direct ones) to the
+// durable store, with the producer's position after the batch, before any
+// is delivered: an acknowledged batch is stored.
+func (w *worker) store(m *messages.Batch, k *known) error {
+	var rows []core.Row
+	it := m.Entries()
+	c := m.FirstCursor
+	for {
+		topic, ti, payload, _, only, ok := it.Next()
+		if !ok {
+			break
+		}
+		cur := c
+		c++
+		if cur < k.expected || only != "" || !w.dur.IsDurable(topic) {
+			continue
+		}
+		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadTypes[ti], Payload: payload})
+	}
+	if c <= k.expected {
+		return nil // nothing new: a redelivery
+	}
+	return w.dur.Received(core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: c}, rows)
 }
 
 // batchDelivery hands a batch's entries to this node's subscribers in
@@ -387,6 +447,12 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	}
 	told := m.NextCursor > k.expected
 	if told { // a retried Expire whose ack was lost is not told twice
+		if w.dur != nil {
+			pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
+			if err := w.dur.Lost(pos, m.Missed, "fell behind the buffer"); err != nil {
+				return w.reject("expire", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+			}
+		}
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
@@ -408,6 +474,19 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
 	told := m.FinalCursor > k.expected
+	if w.dur != nil {
+		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: max(m.FinalCursor, k.expected)}
+		var err error
+		if told {
+			err = w.dur.Lost(pos, m.FinalCursor-k.expected, "producer stopped before this node got everything")
+		}
+		if err == nil {
+			err = w.dur.Retired(pos)
+		}
+		if err != nil {
+			return w.reject("retire", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+		}
+	}
 	if told {
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
 			Reason: "producer stopped before this node got everything"})

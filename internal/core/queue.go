@@ -18,6 +18,7 @@ type WriteQueue struct {
 	notified bool          // a WritesReady is on its way or being handled
 	room     chan struct{} // closed at the next Take; nil when nobody waits
 	max      int
+	reserved int // room taken by Reserve, not pushed yet
 }
 
 // NewWriteQueue returns a queue holding at most max writes.
@@ -29,7 +30,7 @@ func NewWriteQueue(max int) *WriteQueue { return &WriteQueue{max: max} }
 func (q *WriteQueue) Push(w *Write) (ok, notify bool, room <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.writes) >= q.max {
+	if len(q.writes)+q.reserved >= q.max {
 		if q.room == nil {
 			q.room = make(chan struct{})
 		}
@@ -63,4 +64,42 @@ func (q *WriteQueue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.writes)
+}
+
+// Reserve takes room for one write without queueing it (a durable write is
+// appended to its store in between): PushReserved queues it, Release gives
+// the room back. When full, room is closed at the next Take (or Release).
+func (q *WriteQueue) Reserve() (ok bool, room <-chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.writes)+q.reserved >= q.max {
+		if q.room == nil {
+			q.room = make(chan struct{})
+		}
+		return false, q.room
+	}
+	q.reserved++
+	return true, nil
+}
+
+// PushReserved queues w in the room Reserve took; notify as for Push.
+func (q *WriteQueue) PushReserved(w *Write) (notify bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.reserved--
+	q.writes = append(q.writes, w)
+	notify = !q.notified
+	q.notified = true
+	return notify
+}
+
+// Release gives back the room Reserve took, waking the pushers waiting.
+func (q *WriteQueue) Release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.reserved--
+	if q.room != nil {
+		close(q.room)
+		q.room = nil
+	}
 }

@@ -57,6 +57,9 @@ type Runtime struct {
 	Hook    faults.Hook
 	Metrics *Metrics
 	Log     zerolog.Logger
+	// Durable is the durable-stream side (nil: none), set by Start before
+	// the tree is spawned.
+	Durable Durable
 
 	producers []*actor.PID
 	done      chan struct{}
@@ -158,6 +161,7 @@ var (
 func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error {
 	g := rt.Group(from)
 	q := rt.Queues[g]
+	durable := rt.Durable != nil && w.OnlyNode == "" && rt.Durable.IsDurable(w.Topic)
 	var timeout <-chan time.Time
 	for {
 		// Under sendMu: a write accepted here is in its producer's queue
@@ -170,7 +174,25 @@ func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error
 			return rt.err
 		default:
 		}
-		ok, notify, room := q.Push(w)
+		var (
+			ok, notify bool
+			room       <-chan struct{}
+		)
+		if durable {
+			// Room first, then the append, then the push: once stored it is
+			// queued (a Close waits for it under sendMu), and an append that
+			// fails queues nothing.
+			if ok, room = q.Reserve(); ok {
+				if err := rt.Durable.Publish(ctx, w); err != nil {
+					q.Release()
+					rt.sendMu.RUnlock()
+					return err
+				}
+				notify = q.PushReserved(w)
+			}
+		} else {
+			ok, notify, room = q.Push(w)
+		}
 		if notify {
 			rt.System.Root.Send(rt.producers[g], &WritesReady{})
 		}

@@ -1,0 +1,438 @@
+package echopubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub/internal/core"
+)
+
+// Store keeps durable streams: for each stream (a topic named durable with
+// WithDurableTopics), the rows appended to it, numbered by a cursor. Two
+// implementations ship: NewBoltStore (embedded, one file per node, the
+// default) and package cluster/pgstore (PostgreSQL shared by the cluster,
+// its own module). Package test/storetest is the conformance suite every
+// Store must pass.
+//
+// Cursors: a stream's first row has cursor 1 and each row the previous
+// cursor + 1, with no hole: a row is visible to Read only once every row
+// below it is. Append is all or nothing.
+//
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// Append stores recs (all or none) and sets each one's Cursor. Records
+	// of one stream get consecutive cursors in slice order. When Append
+	// returns nil the rows are durable (they survive a crash of the
+	// process and of the machine, as far as the storage's fsync does).
+	Append(ctx context.Context, recs []Record) error
+	// Read returns up to limit (> 0) rows of stream whose cursor is >=
+	// from (0 reads from the start), in cursor order, and next, the cursor
+	// after the last row returned (from, or 1 for from 0, when none). A
+	// from past the stream's end + 1 is ErrCursorBeyondEnd: such a cursor
+	// was not handed out by this store. A stream never appended to is
+	// empty: reading it from 0 or 1 returns no rows and next 1.
+	Read(ctx context.Context, stream string, from uint64, limit int) (recs []Record, next uint64, err error)
+	// Shared reports whether every node of the cluster uses this store (a
+	// shared database: the publishing node appends each row once, and a
+	// cursor means the same row on every node) or it belongs to one node
+	// (an embedded file: each node appends what it receives, and a cursor
+	// is meaningful only on the node that handed it out).
+	Shared() bool
+	// Close releases the store. Calls after Close fail.
+	Close() error
+}
+
+// RecordKind is what a stream row holds.
+type RecordKind uint8
+
+const (
+	// RecordMessage is a broadcast message.
+	RecordMessage RecordKind = 1
+	// RecordGap marks messages of the stream this node's store does not
+	// hold (a node-local store that missed them: see the package doc,
+	// "Durable streams"). ReplaySession hands the session a *StreamGap.
+	RecordGap RecordKind = 2
+)
+
+func (k RecordKind) String() string {
+	switch k {
+	case RecordMessage:
+		return "message"
+	case RecordGap:
+		return "gap"
+	}
+	return fmt.Sprintf("RecordKind(%d)", uint8(k))
+}
+
+// Record is one row of a stream.
+type Record struct {
+	Stream string
+	// Cursor is set by Append.
+	Cursor uint64
+	Kind   RecordKind
+	// Origin is the node that published the message (for a gap: the
+	// producer node whose messages are missing).
+	Origin string
+	// PayloadType and Payload are the message's full protobuf name and
+	// wire bytes (RecordMessage).
+	PayloadType string
+	Payload     []byte
+	// Missed is, for a gap, the number of messages missing (0: unknown).
+	Missed uint64
+	// Reason says why a gap is there.
+	Reason string
+}
+
+// Store errors.
+var (
+	// ErrCursorBeyondEnd: a replay cursor past the stream's end + 1. It was
+	// not handed out by this store: a cursor of another node's embedded
+	// store, or a store that was deleted and created anew. Nothing is
+	// skipped on its account: replay from a cursor this store handed out
+	// (or from 0 after reloading from a source of truth).
+	ErrCursorBeyondEnd = errors.New("echopubsub: replay cursor is beyond the stream's end")
+	// ErrStoreClosed: the store was closed.
+	ErrStoreClosed = errors.New("echopubsub: store closed")
+	// ErrNoStore: ReplaySession on a pubsub started without a store, or a
+	// stream that is not durable.
+	ErrNoStore = errors.New("echopubsub: no durable store for this stream")
+	// ErrUnauthorized wraps the authorizer's refusal (WithAuthorizer).
+	ErrUnauthorized = errors.New("echopubsub: not authorized")
+	// ErrBadLimit: ReplayOptions.Limit must be > 0.
+	ErrBadLimit = errors.New("echopubsub: replay limit must be positive")
+)
+
+// ValidateRecord checks what a store needs of a record before it appends
+// it (Store implementations call it).
+func ValidateRecord(r *Record) error {
+	switch {
+	case r.Stream == "":
+		return fmt.Errorf("echopubsub: record stream must not be empty")
+	case r.Kind != RecordMessage && r.Kind != RecordGap:
+		return fmt.Errorf("echopubsub: record kind must be RecordMessage or RecordGap, got %d", uint8(r.Kind))
+	case r.Kind == RecordMessage && r.PayloadType == "":
+		return fmt.Errorf("echopubsub: message record of stream %q has no payload type", r.Stream)
+	}
+	return nil
+}
+
+// WithStore makes the pubsub keep its durable topics (WithDurableTopics) in
+// s. The caller owns s: Stop does not close it, so that it can outlive the
+// pubsub (or serve a restarted one). Defaults to none; see also
+// WithStorePath.
+func WithStore(s Store) Option { return func(o *options) { o.store = s } }
+
+// WithStorePath makes the pubsub open the embedded store (NewBoltStore) at
+// path when it starts and close it when it stops: one file per node, no
+// setup. Defaults to none.
+func WithStorePath(path string) Option { return func(o *options) { o.storePath = path } }
+
+// WithDurableTopics names the topics whose broadcasts are durable: each is
+// appended to its stream (the stream is the topic) before Broadcast
+// returns nil, and can be replayed with ReplaySession. A pattern ending in
+// '*' names every topic with that prefix ("room:*"); any other pattern is
+// one topic. Requires WithStore or WithStorePath. Defaults to none.
+func WithDurableTopics(patterns ...string) Option {
+	return func(o *options) { o.durable = append(o.durable, patterns...) }
+}
+
+// WithAuthorizer sets the function ReplaySession asks before it redelivers
+// stream rows to a session: a non-nil error refuses (ReplaySession returns
+// it wrapped in ErrUnauthorized). Defaults to allowing every session every
+// durable stream.
+func WithAuthorizer(fn func(sessionID, stream string) error) Option {
+	return func(o *options) { o.authorize = fn }
+}
+
+// durability is the durable side of one pubsub.
+// minStoreTimeout is the least a store call is given (Config.CallTimeout
+// when longer): an fsync on a busy disk can take a while, and a durable
+// broadcast that gives up too early fails for nothing.
+const minStoreTimeout = 5 * time.Second
+
+type durability struct {
+	node    string        // this node (set by Start)
+	timeout time.Duration // each store call: max(Config.CallTimeout, minStoreTimeout)
+	log     zerolog.Logger
+
+	store     Store
+	preds     map[uint32][2]uint64 // group -> previous incarnation, final cursor
+	owned     bool                 // opened by WithStorePath: closed by Stop
+	exact     map[string]bool
+	prefixes  []string
+	authorize func(sessionID, stream string) error
+}
+
+func newDurability(o *options) (*durability, error) {
+	if o.store != nil && o.storePath != "" {
+		return nil, fmt.Errorf("echopubsub: WithStore and WithStorePath %q are exclusive", o.storePath)
+	}
+	if len(o.durable) > 0 && o.store == nil && o.storePath == "" {
+		return nil, fmt.Errorf("echopubsub: WithDurableTopics %q needs WithStore or WithStorePath", o.durable)
+	}
+	d := &durability{store: o.store, exact: map[string]bool{}, authorize: o.authorize}
+	for _, p := range o.durable {
+		switch {
+		case p == "" || p == "*":
+			return nil, fmt.Errorf("echopubsub: WithDurableTopics pattern %q: must name a topic or a prefix", p)
+		case strings.HasPrefix(p, SessionInboxPrefix):
+			return nil, fmt.Errorf("echopubsub: WithDurableTopics pattern %q: session inboxes are not streams", p)
+		case strings.HasSuffix(p, "*"):
+			d.prefixes = append(d.prefixes, strings.TrimSuffix(p, "*"))
+		default:
+			d.exact[p] = true
+		}
+	}
+	if o.storePath != "" {
+		s, err := NewBoltStore(o.storePath)
+		if err != nil {
+			return nil, err
+		}
+		d.store, d.owned = s, true
+	}
+	return d, nil
+}
+
+// durable reports whether topic is a durable stream.
+func (d *durability) durable(topic string) bool {
+	if d == nil || d.store == nil {
+		return false
+	}
+	if d.exact[topic] {
+		return true
+	}
+	for _, p := range d.prefixes {
+		if strings.HasPrefix(topic, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *durability) close() error {
+	if d != nil && d.owned {
+		return d.store.Close()
+	}
+	return nil
+}
+
+// LocalStore is what a node-local Store (Shared false) adds so that its
+// node records, in the transaction that stores what it received, how far
+// it got in each producer's stream, and marks what it lost with gap rows
+// (see "Durable streams" in the package doc). NewBoltStore implements it.
+// A node-local Store without it holds what its node published and
+// received, and has no gap rows.
+type LocalStore interface {
+	Store
+	// AppendAt appends recs (may be empty) and records pos, in one
+	// transaction. A transaction that only records a position need not be
+	// fsynced: after a power loss an older position makes a gap row that
+	// was not needed (an alarm, never a silent loss).
+	AppendAt(ctx context.Context, recs []Record, pos ProducerPosition) error
+	// MarkGap appends gap (its Stream ignored) to every stream the store
+	// holds and records pos, in one transaction.
+	MarkGap(ctx context.Context, gap Record, pos ProducerPosition) error
+	// Position is what was recorded for the producer of node's pool group
+	// (ok false: nothing).
+	Position(ctx context.Context, node string, group uint32) (pos ProducerPosition, ok bool, err error)
+}
+
+// ProducerPosition is how far a node got in one producer incarnation's
+// stream: every durable message below Next is stored or marked lost.
+type ProducerPosition struct {
+	Node        string
+	Group       uint32
+	Incarnation uint64
+	Next        uint64
+	// Retired: the incarnation ended gracefully at Next.
+	Retired bool
+}
+
+func (d *durability) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d.timeout)
+}
+
+// IsDurable implements core.Durable.
+func (d *durability) IsDurable(topic string) bool { return d.durable(topic) }
+
+// Publish implements core.Durable: a durable broadcast of this node is
+// appended (once, by this node: for a shared store the only append) before
+// it is queued. DirectBroadcast writes are not durable.
+func (d *durability) Publish(ctx context.Context, w *core.Write) error {
+	if w.OnlyNode != "" || !d.durable(w.Topic) {
+		return nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
+	recs := []Record{{Stream: w.Topic, Kind: RecordMessage, Origin: d.node, PayloadType: w.PayloadType, Payload: w.Payload}}
+	if err := d.store.Append(ctx, recs); err != nil {
+		return fmt.Errorf("echopubsub: durable append to %q: %w", w.Topic, err)
+	}
+	return nil
+}
+
+func (d *durability) local() LocalStore {
+	if d == nil || d.store == nil || d.store.Shared() {
+		return nil
+	}
+	l, _ := d.store.(LocalStore)
+	return l
+}
+
+func producerPosition(p core.ProducerPos, retired bool) ProducerPosition {
+	return ProducerPosition{Node: p.Node, Group: p.Group, Incarnation: p.Incarnation, Next: p.Next, Retired: retired}
+}
+
+// Received implements core.Durable: a node-local store appends what this
+// node received (one transaction per batch, with the producer's position),
+// before the batch is acknowledged.
+func (d *durability) Received(p core.ProducerPos, rows []core.Row) error {
+	l := d.local()
+	if l == nil {
+		if len(rows) == 0 || d.store.Shared() {
+			return nil
+		}
+		return d.appendRows(d.store.Append, p, rows)
+	}
+	return d.appendRows(func(ctx context.Context, recs []Record) error {
+		return l.AppendAt(ctx, recs, producerPosition(p, false))
+	}, p, rows)
+}
+
+func (d *durability) appendRows(appendFn func(context.Context, []Record) error, p core.ProducerPos, rows []core.Row) error {
+	recs := make([]Record, len(rows))
+	for i, r := range rows {
+		recs[i] = Record{Stream: r.Topic, Kind: RecordMessage, Origin: p.Node, PayloadType: r.PayloadType, Payload: r.Payload}
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	return appendFn(ctx, recs)
+}
+
+// Lost implements core.Durable: a gap row in every stream of a node-local
+// store.
+func (d *durability) Lost(p core.ProducerPos, missed uint64, reason string) error {
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
+		Msg("durable streams: marking a gap")
+	return l.MarkGap(ctx, Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, producerPosition(p, false))
+}
+
+// Joined implements core.Durable: when the worker could not tell (this
+// node restarted since it last heard of the producer), the position
+// recorded before says whether this node's store missed messages while
+// the node was away.
+func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) error {
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	old, ok, err := l.Position(ctx, p.Node, p.Group)
+	if err != nil {
+		return err
+	}
+	reason := ""
+	var missed uint64
+	switch {
+	case told || !ok:
+		// The worker told (or knew there was nothing to tell), or this
+		// store never heard of the producer: nothing of it was stored
+		// here to be continued.
+	case old.Incarnation == p.Incarnation:
+		if p.Next > old.Next {
+			missed = p.Next - old.Next
+			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
+		}
+	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
+		// The previous incarnation ended where this store got to (it
+		// retired here, or its node says so from its own store): only
+		// what the new one wrote before this node started is missing.
+		if p.Next > 0 {
+			missed = p.Next
+			reason = fmt.Sprintf("this node was away while the producer's new incarnation wrote cursors 0 to %d", p.Next-1)
+		}
+	default:
+		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
+	}
+	if reason == "" {
+		return l.AppendAt(ctx, nil, producerPosition(p, false))
+	}
+	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
+		Msg("durable streams: marking a gap")
+	return l.MarkGap(ctx, Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, producerPosition(p, false))
+}
+
+// Retired implements core.Durable.
+func (d *durability) Retired(p core.ProducerPos) error {
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	return l.AppendAt(ctx, nil, producerPosition(p, true))
+}
+
+// selfNode keys this node's own producer records in the positions of a
+// LocalStore: where each group's incarnation ended at a graceful Stop.
+const selfNode = "\x00self"
+
+// loadPredecessors reads where this node's producers ended last time.
+func (d *durability) loadPredecessors(groups int) error {
+	d.preds = map[uint32][2]uint64{}
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	for g := 0; g < groups; g++ {
+		pos, ok, err := l.Position(ctx, selfNode, uint32(g))
+		if err != nil {
+			return fmt.Errorf("echopubsub: durable store: %w", err)
+		}
+		if ok && pos.Retired {
+			d.preds[uint32(g)] = [2]uint64{pos.Incarnation, pos.Next}
+		}
+	}
+	return nil
+}
+
+// Predecessor implements core.Durable.
+func (d *durability) Predecessor(group uint32) (uint64, uint64) {
+	p := d.preds[group]
+	return p[0], p[1]
+}
+
+// ended records where this node's producer of group ended (graceful Stop,
+// after its drain): told to peers by its next incarnation.
+func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
+	l := d.local()
+	if l == nil || incarnation == 0 {
+		return
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	pos := ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
+	if err := l.AppendAt(ctx, nil, pos); err != nil {
+		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
+	}
+}
