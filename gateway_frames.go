@@ -52,8 +52,8 @@ const (
 // clientFrame is one decoded client command. Fields that an op does not
 // use must be absent (the decoder refuses them), so a frame means one thing.
 type clientFrame struct {
-	Op  string `json:"op"`
-	ID  string `json:"id,omitempty"` // the client's correlation id, echoed
+	Op string `json:"op"`
+	ID string `json:"id,omitempty"` // the client's correlation id, echoed
 
 	// SessionID may be given; it must then be the socket's own session.
 	SessionID *string `json:"session_id,omitempty"`
@@ -129,10 +129,10 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&w); err != nil {
-		return nil, ferr(CodeMalformedFrame, "frame is not a JSON object of known fields: %s", clip(err.Error()))
+		return idOnly(b), ferr(CodeMalformedFrame, "frame is not a JSON object of known fields: %s", clip(err.Error()))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, ferr(CodeMalformedFrame, "frame has data after its JSON object")
+		return idOnly(b), ferr(CodeMalformedFrame, "frame has data after its JSON object")
 	}
 	f := &clientFrame{Op: w.Op, ID: w.ID, SessionID: w.SessionID, Topic: w.Topic, Class: w.Class, Context: w.Context,
 		DeliveryID: w.DeliveryID, DeliveryIDs: w.DeliveryIDs, Stream: w.Stream, Limit: w.Limit, From: w.From,
@@ -193,6 +193,19 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		return f, ferr(CodeInvalidArgument, "delivery_id must be > 0")
 	}
 	return f, nil
+}
+
+// idOnly reads a refused frame leniently for its id and op alone, so that
+// the error frame can name the command it answers; nil when it has none.
+func idOnly(b []byte) *clientFrame {
+	var w struct {
+		Op string `json:"op"`
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &w) != nil || w.ID == "" || len(w.ID) > maxFrameIDLen {
+		return nil
+	}
+	return &clientFrame{Op: w.Op, ID: w.ID}
 }
 
 // clip shortens a string echoed into an error frame.

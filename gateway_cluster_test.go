@@ -1,0 +1,266 @@
+package echopubsub_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/goleak"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/test"
+)
+
+// A socket that stops reading (and so stops acking) is a slow consumer:
+// its session reaches HardQueue, SlowConsumerAction closes it, and the
+// gateway closes the socket with a close frame saying why. What it was
+// sent before is intact and in order, then the notices, then the close. A
+// healthy socket on the same node gets everything; the node goes on.
+func TestGatewaySlowSocketIsClosedWithReason(t *testing.T) {
+	const soft, hard, total = 5, 20, 60
+	nodes := test.StartCluster(t, 1, sessionConfig(soft, hard))
+	nd := nodes[0]
+	gw, url := serveGateway(t, nd, nil, smallGatewayConfig())
+	slow, healthy := dialGateway(t, url), dialGateway(t, url)
+	slow.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
+	healthy.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
+
+	// From here the slow client neither reads nor acks; the healthy one
+	// reads and acks each message as it comes.
+	for i := uint64(1); i <= total; i++ {
+		nd.Broadcast(t, "room", stamp(i))
+		e := healthy.envelope()
+		if _, seq := stampPayload(e); seq != fmt.Sprint(i) || e.num("delivery_id") != i {
+			t.Fatalf("healthy socket: envelope %v, want seq %d", e, i)
+		}
+		healthy.ok(map[string]interface{}{"op": "ack", "delivery_id": i}) // waits for the answer: acks keep up
+	}
+	// Polls the public view of the slow session: closed by the hard queue.
+	test.Eventually(t, 10*time.Second, func() bool {
+		_, open := nd.PS.SessionIdentity(slow.sid)
+		return !open
+	}, test.Sprintf("slow session still open, pending %d", nd.PS.Pending(slow.sid)))
+
+	// Now the slow client reads what it was sent: envelopes 1..hard in
+	// order, the pressure notice, the closed notice, then the close frame.
+	var seqs []string
+	var kinds []string
+	var closeErr error
+	for closeErr == nil {
+		f, err := slow.read()
+		if err != nil {
+			closeErr = err
+			break
+		}
+		switch f.str("type") {
+		case "envelope":
+			_, seq := stampPayload(f)
+			seqs = append(seqs, seq)
+		case "notice":
+			kinds = append(kinds, f.str("kind"))
+			if f.str("kind") == "session_closed" && f.obj("notice").str("reason") != "SESSION_CLOSE_REASON_HARD_QUEUE" {
+				t.Fatalf("closed notice %v", f)
+			}
+		}
+	}
+	var want []string
+	for i := 1; i <= hard; i++ {
+		want = append(want, fmt.Sprint(i))
+	}
+	if strings.Join(seqs, ",") != strings.Join(want, ",") {
+		t.Fatalf("slow socket got seqs %v, want 1..%d", seqs, hard)
+	}
+	if strings.Join(kinds, ",") != "session_pressure,session_closed" {
+		t.Fatalf("slow socket notices %v", kinds)
+	}
+	var ce websocket.CloseError
+	if !asCloseError(closeErr, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.HasPrefix(ce.Reason, "slow consumer") {
+		t.Fatalf("slow socket ended with %v, want close 1008 \"slow consumer...\"", closeErr)
+	}
+	test.Eventually(t, 10*time.Second, func() bool { return gw.Sockets() == 1 }, test.Sprintf("%d sockets, want 1", gw.Sockets()))
+
+	// The node is unharmed: the healthy socket still gets new messages.
+	nd.Broadcast(t, "room", stamp(total+1))
+	if e := healthy.envelope(); e.num("delivery_id") != total+1 {
+		t.Fatalf("healthy after: %v", e)
+	}
+	if err := nd.PS.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A socket whose transport backs up with ephemeral deliveries (nothing to
+// ack, so no hard queue) is closed when its outbound queue fills.
+func TestGatewayOutboundQueueFullClosesSocket(t *testing.T) {
+	nodes := test.StartCluster(t, 1, sessionConfig(5, 20))
+	nd := nodes[0]
+	cfg := smallGatewayConfig()
+	cfg.OutboundQueue = 21
+	gw, url := serveGateway(t, nd, nil, cfg)
+	c := dialGateway(t, url)
+	c.ok(map[string]interface{}{"op": "subscribe", "topic": "eph", "class": "ephemeral",
+		"context": map[string]string{"pad": strings.Repeat("p", 4000)}})
+	// Enough to fill the socket's TCP buffers and then the queue: the
+	// client does not read. Polls the gateway's public count.
+	for i := uint64(1); i <= 20000 && gw.Sockets() == 1; i++ {
+		nd.Broadcast(t, "eph", stamp(i))
+	}
+	test.Eventually(t, 20*time.Second, func() bool { return gw.Sockets() == 0 }, test.Sprintf("socket still open"))
+	if _, open := nd.PS.SessionIdentity(c.sid); open {
+		t.Fatal("session still open")
+	}
+	if err := nd.PS.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func asCloseError(err error, ce *websocket.CloseError) bool { return errors.As(err, ce) }
+
+// A socket on node A receives what node B broadcasts.
+func TestGatewayReceivesBroadcastFromOtherNode(t *testing.T) {
+	nodes := test.StartCluster(t, 2, gatewayConfig(t))
+	_, url := serveGateway(t, nodes[0], nil, smallGatewayConfig())
+	c := dialGateway(t, url)
+	c.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
+	for i := uint64(1); i <= 5; i++ {
+		nodes[1].Broadcast(t, "room", stamp(i))
+	}
+	for i := uint64(1); i <= 5; i++ {
+		e := c.envelope()
+		if _, seq := stampPayload(e); seq != fmt.Sprint(i) || e.num("delivery_id") != i {
+			t.Fatalf("envelope %v, want seq %d", e, i)
+		}
+	}
+}
+
+// Request and reply between two sockets on two nodes: the request carries
+// who asked, the reply goes back to that session only, both are acked
+// like any delivery.
+func TestGatewayRequestReplyBetweenSockets(t *testing.T) {
+	nodes := test.StartCluster(t, 2, gatewayConfig(t))
+	_, urlA := serveGateway(t, nodes[0], nil, smallGatewayConfig())
+	_, urlB := serveGateway(t, nodes[1], nil, smallGatewayConfig())
+	a, b := dialGateway(t, urlA), dialGateway(t, urlB)
+
+	r := a.ok(map[string]interface{}{"op": "request", "to": b.sid, "type": "echopubsub.test.v1.Stamp",
+		"payload": map[string]string{"publisher": "question", "seq": "6"}})
+	rid := r.num("request_id")
+	if rid == 0 {
+		t.Fatalf("request result %v", r)
+	}
+	q := b.envelope()
+	req := q.obj("request")
+	if req.str("from") != a.sid || req.str("to") != b.sid || req.num("request_id") != rid || req["reply"] != false {
+		t.Fatalf("request envelope %v", q)
+	}
+	if pub, seq := stampPayload(q); pub != "question" || seq != "6" {
+		t.Fatalf("request payload %v", q)
+	}
+	// Replying to a delivery that is not a request is refused.
+	b.refused(map[string]interface{}{"op": "reply", "delivery_id": q.num("delivery_id") + 1, "type": "echopubsub.test.v1.Stamp",
+		"payload": map[string]string{}}, echopubsub.CodeUnknownDelivery)
+	b.ok(map[string]interface{}{"op": "reply", "delivery_id": q.num("delivery_id"), "type": "echopubsub.test.v1.Stamp",
+		"payload": map[string]string{"publisher": "answer", "seq": "60"}})
+	b.ok(map[string]interface{}{"op": "ack", "delivery_id": q.num("delivery_id")})
+	// A request is answered once.
+	b.refused(map[string]interface{}{"op": "reply", "delivery_id": q.num("delivery_id"), "type": "echopubsub.test.v1.Stamp",
+		"payload": map[string]string{}}, echopubsub.CodeUnknownDelivery)
+
+	ans := a.envelope()
+	rep := ans.obj("request")
+	if rep.str("from") != b.sid || rep.str("to") != a.sid || rep.num("request_id") != rid || rep["reply"] != true {
+		t.Fatalf("reply envelope %v", ans)
+	}
+	if pub, seq := stampPayload(ans); pub != "answer" || seq != "60" {
+		t.Fatalf("reply payload %v", ans)
+	}
+	if p := nodes[0].PS.Pending(a.sid); p != 1 {
+		t.Fatalf("asker pending %d, want 1 (the reply, not yet acked)", p)
+	}
+	a.ok(map[string]interface{}{"op": "ack", "delivery_id": ans.num("delivery_id")})
+	if p := nodes[1].PS.Pending(b.sid); p != 0 {
+		t.Fatalf("callee pending %d", p)
+	}
+}
+
+// NewGateway's errors name the field and the value.
+func TestGatewayConfigValidation(t *testing.T) {
+	nodes := test.StartCluster(t, 1, sessionConfig(5, 20))
+	for _, c := range []struct {
+		mod  func(*echopubsub.GatewayConfig)
+		want string
+	}{
+		{func(c *echopubsub.GatewayConfig) { c.WriteTimeout = 0 }, "WriteTimeout must be > 0, got 0s"},
+		{func(c *echopubsub.GatewayConfig) { c.ReadLimit = 10 }, "ReadLimit must be >= 512 bytes, got 10"},
+		{func(c *echopubsub.GatewayConfig) { c.MaxFrameSize = 5 }, "MaxFrameSize must be >= 1024 bytes, got 5"},
+		{func(c *echopubsub.GatewayConfig) { c.OutboundQueue = 20 }, "OutboundQueue must be above the pubsub's HardQueue (20), got 20"},
+		{func(c *echopubsub.GatewayConfig) { c.MaxSubscriptions = -1 }, "MaxSubscriptions must be > 0, got -1"},
+		{func(c *echopubsub.GatewayConfig) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
+		{func(c *echopubsub.GatewayConfig) { c.Resolver = nil }, "Resolver must not be nil"},
+	} {
+		cfg := echopubsub.DefaultGatewayConfig()
+		c.mod(&cfg)
+		if _, err := echopubsub.NewGateway(nodes[0].PS, echopubsub.AnyIdentity, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewGateway error %v, want %q", err, c.want)
+		}
+	}
+	if _, err := echopubsub.NewGateway(nodes[0].PS, nil, echopubsub.DefaultGatewayConfig()); err == nil || !strings.Contains(err.Error(), "authenticate") {
+		t.Errorf("nil authenticate: %v", err)
+	}
+	if _, err := echopubsub.NewGateway(nodes[0].PS, echopubsub.AnyIdentity, echopubsub.DefaultGatewayConfig()); err != nil {
+		t.Errorf("defaults refused: %v", err)
+	}
+}
+
+// Closing the gateway closes its sockets (1001) and their sessions;
+// stopping the pubsub closes sockets too ("pubsub stopped"). No goroutine
+// of the gateway, its sockets or their owners is left.
+func TestGatewayCloseLeavesNoGoroutines(t *testing.T) {
+	log := test.Logger(t, 0)
+	system, r := test.StartRemote(t, log)
+	defer func() { r.Shutdown(false); system.Shutdown() }()
+	before := goleak.IgnoreCurrent()
+	ps, err := echopubsub.Start(system, sessionConfig(5, 20), echopubsub.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := &test.Node{System: system, PS: ps, Addr: system.Address()}
+	gw, err := echopubsub.NewGateway(ps, echopubsub.AnyIdentity, smallGatewayConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	url := "ws" + strings.TrimPrefix(srv.URL, "http")
+	a, b := dialGateway(t, url), dialGateway(t, url)
+	a.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
+	b.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
+	nd.Broadcast(t, "room", stamp(1))
+	a.envelope()
+	b.envelope()
+
+	// The pubsub stops: each socket is told, then closed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ps.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*wsClient{a, b} {
+		var last error
+		for last == nil {
+			_, last = c.read()
+		}
+		if websocket.CloseStatus(last) != websocket.StatusGoingAway || !strings.Contains(last.Error(), "pubsub stopped") {
+			t.Fatalf("socket ended with %v, want 1001 pubsub stopped", last)
+		}
+	}
+	if err := gw.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	test.VerifyNoLeaks(t, before)
+}
