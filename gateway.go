@@ -330,6 +330,8 @@ func (s *socket) send(f outFrame) {
 	case s.out <- f:
 	default:
 		s.requestClose(websocket.StatusPolicyViolation, "slow consumer: outbound queue full", false)
+		// Nothing more can reach this client: stop reserving for it now.
+		_ = s.gw.ps.CloseSession(s.sid)
 	}
 }
 

@@ -106,14 +106,25 @@ func TestGatewayOutboundQueueFullClosesSocket(t *testing.T) {
 	c.ok(map[string]interface{}{"op": "subscribe", "topic": "eph", "class": "ephemeral",
 		"context": map[string]string{"pad": strings.Repeat("p", 4000)}})
 	// Enough to fill the socket's TCP buffers and then the queue: the
-	// client does not read. Polls the gateway's public count.
-	for i := uint64(1); i <= 20000 && gw.Sockets() == 1; i++ {
+	// client does not read. Polls the session's public state between
+	// broadcasts: the gateway closes it the moment the queue overflows.
+	open := func() bool { _, ok := nd.PS.SessionIdentity(c.sid); return ok }
+	for i := uint64(1); open(); i++ {
+		if i > 100000 {
+			t.Fatal("the socket's session is still open after 100000 unread messages")
+		}
 		nd.Broadcast(t, "eph", stamp(i))
 	}
-	test.Eventually(t, 20*time.Second, func() bool { return gw.Sockets() == 0 }, test.Sprintf("socket still open"))
-	if _, open := nd.PS.SessionIdentity(c.sid); open {
-		t.Fatal("session still open")
+	// The client reads again: what was written, then the close frame.
+	var err error
+	for err == nil {
+		_, err = c.read()
 	}
+	var ce websocket.CloseError
+	if !asCloseError(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != "slow consumer: outbound queue full" {
+		t.Fatalf("socket ended with %v, want 1008 slow consumer: outbound queue full", err)
+	}
+	test.Eventually(t, 10*time.Second, func() bool { return gw.Sockets() == 0 }, test.Sprintf("socket still open"))
 	if err := nd.PS.Err(); err != nil {
 		t.Fatal(err)
 	}
