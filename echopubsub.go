@@ -72,6 +72,11 @@ type options struct {
 	log           *zerolog.Logger
 	hook          FaultHook
 	meterProvider metric.MeterProvider
+	// durable streams (store.go)
+	store     Store
+	storePath string
+	durable   []string
+	authorize func(sessionID, stream string) error
 }
 
 // WithMembership sets how nodes are found. Defaults to cluster.NewStatic with
@@ -119,7 +124,8 @@ type PubSub struct {
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
-	sess       *sessions // acknowledged sessions (session.go)
+	sess       *sessions   // acknowledged sessions (session.go)
+	dur        *durability // durable streams (store.go)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -152,6 +158,20 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	if o.membership == nil {
 		o.membership = cluster.NewStatic(addr)
 	}
+	dur, err := newDurability(&o)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := start(system, cfg, addr, o, log)
+	if err != nil {
+		_ = dur.close()
+		return nil, err
+	}
+	ps.dur = dur
+	return ps, nil
+}
+
+func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger) (*PubSub, error) {
 	rt := actors.NewRuntime(cfg, system, addr, o.hook, log)
 	if o.meterProvider != nil {
 		m, err := actors.NewMetrics(o.meterProvider, cfg.Name, cfg.PoolSize)
@@ -374,6 +394,9 @@ func (ps *PubSub) Broadcast(from *actor.PID, topic string, msg proto.Message) er
 	if err != nil {
 		return err
 	}
+	if err := ps.persist(e); err != nil {
+		return err
+	}
 	return ps.rt.Enqueue(from, e, msg)
 }
 
@@ -387,6 +410,9 @@ func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message
 		return err
 	}
 	e.Exclude = from.Address + "/" + from.Id
+	if err := ps.persist(e); err != nil {
+		return err
+	}
 	return ps.rt.Enqueue(from, e, msg)
 }
 
@@ -492,6 +518,9 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.remove(ps.rt)
+		if err := ps.dur.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

@@ -119,6 +119,10 @@ type Envelope struct {
 	Payload []byte
 	// PayloadType is the message's full protobuf name.
 	PayloadType string
+	// Replayed marks a delivery of ReplaySession; Cursor is then the row's
+	// cursor in the store (see "Durable streams" in the package doc).
+	Replayed bool
+	Cursor   uint64
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests

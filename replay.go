@@ -1,0 +1,184 @@
+package echopubsub
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/messages"
+)
+
+// ReplayOptions bound one ReplaySession page.
+type ReplayOptions struct {
+	// Limit is the most rows read (> 0; no default: ErrBadLimit).
+	Limit int
+	// From is the cursor of the first row wanted: a previous call's
+	// ResumeCursor, an envelope's Cursor + 1, or 0 (or 1) for the stream's
+	// start.
+	From uint64
+}
+
+// ReplayStats says what one ReplaySession page did.
+type ReplayStats struct {
+	// ResumeCursor is where the next call must start so that nothing is
+	// skipped: past every row delivered (and every gap notified), at the
+	// first row that was not.
+	ResumeCursor uint64
+	// NextCursor is the cursor after the last row read: ResumeCursor ==
+	// NextCursor when the whole page was delivered.
+	NextCursor uint64
+	// Delivered is the number of rows delivered (each a durable delivery
+	// with a reservation, its envelope marked Replayed).
+	Delivered int
+	// Dropped is the number of message rows read but not delivered (from
+	// the row refused for pressure to the end of the page): they are at
+	// and after ResumeCursor, and the next call offers them again.
+	Dropped int
+	// Stopped: a row was refused for pressure (the session's pending count
+	// at SoftQueue, or the node's reservation table full); the page
+	// stopped there.
+	Stopped bool
+	// Gaps is the number of gap rows passed (each handed to the session
+	// as a *StreamGap before the rows after it); Missed sums their known
+	// missing-message counts.
+	Gaps   int
+	Missed uint64
+}
+
+// StreamGap tells a session, during ReplaySession, that this node's store
+// does not hold some messages of the stream at this point: between the row
+// before Cursor and the row after it, messages of producer Node were lost
+// (Missed of them, 0 when unknown). As for CursorExpired, reload what they
+// carried from a source of truth. Only a node-local store (NewBoltStore)
+// has gaps; see the package doc, "Durable streams".
+type StreamGap struct {
+	SessionID string
+	Stream    string
+	Cursor    uint64
+	Node      string
+	Missed    uint64
+	Reason    string
+}
+
+// ReplaySession reads one page of stream (at most opts.Limit rows from
+// opts.From) from the pubsub's store and redelivers it to session id, a
+// session of this node, through authorization (WithAuthorizer, asked once
+// per call, before anything is read: it decides per session and stream)
+// and the session's pressure rules: each row is a durable delivery (a
+// reservation, an *Envelope with Replayed and Cursor set, the subscription's
+// context when the session subscribed to stream) accepted only while the
+// session's pending count stays at or below Config.SoftQueue and the
+// node's reservation table has room. The first refused row stops the page
+// (Stopped): ResumeCursor stays at it, and the next call starts there. A
+// replay never closes a session.
+//
+// Replayed rows and live deliveries of the stream are independent: a row
+// can arrive both ways; use the envelope's Cursor (node-local store: the
+// same node's cursors) or the message's own identity to tell.
+//
+// Errors: ErrBadLimit, ErrUnknownSession, ErrNoStore (no store, or stream
+// not durable), ErrUnauthorized (wrapping the authorizer's error),
+// ErrCursorBeyondEnd, ErrStopped, and the store's own. With an error, the
+// stats say what was delivered before it, and ResumeCursor is still where
+// to resume.
+func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts ReplayOptions) (ReplayStats, error) {
+	st := ReplayStats{ResumeCursor: max(opts.From, 1), NextCursor: max(opts.From, 1)}
+	if ctx == nil {
+		return st, fmt.Errorf("echopubsub: ReplaySession needs a context, got nil")
+	}
+	if opts.Limit <= 0 {
+		return st, fmt.Errorf("%w: ReplayOptions.Limit is %d", ErrBadLimit, opts.Limit)
+	}
+	s, rec, err := ps.session(id)
+	if err != nil {
+		return st, err
+	}
+	if !ps.dur.durable(stream) {
+		return st, fmt.Errorf("%w: %q", ErrNoStore, stream)
+	}
+	if auth := ps.dur.authorize; auth != nil {
+		if err := auth(id, stream); err != nil {
+			return st, fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, stream, err)
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ps.rt.Cfg.CallTimeout)
+		defer cancel()
+	}
+	rows, next, err := ps.dur.store.Read(ctx, stream, opts.From, opts.Limit)
+	if err != nil {
+		return st, fmt.Errorf("echopubsub: replay %q: %w", stream, err)
+	}
+	st.NextCursor = next
+	spec, subscribed := (*rec.subs.Load())[stream]
+	for i := range rows {
+		r := &rows[i]
+		if r.Kind == RecordGap {
+			if !ps.sess.engine.Notify(s, &StreamGap{SessionID: id, Stream: stream, Cursor: r.Cursor, Node: r.Origin,
+				Missed: r.Missed, Reason: r.Reason}) {
+				return st, ErrUnknownSession
+			}
+			st.Gaps++
+			st.Missed += r.Missed
+			st.ResumeCursor = r.Cursor + 1
+			continue
+		}
+		env := ps.replayEnvelope(id, stream, rec.format, r)
+		if subscribed {
+			env.Context = spec.context
+		}
+		switch ps.sess.engine.Offer(s, func(d uint64) interface{} { env.DeliveryID = d; return env }) {
+		case session.Delivered:
+			st.Delivered++
+			st.ResumeCursor = r.Cursor + 1
+			continue
+		case session.Refused:
+			st.Stopped = true
+		default:
+			return st, ErrUnknownSession
+		}
+		for _, rest := range rows[i:] {
+			if rest.Kind == RecordMessage {
+				st.Dropped++
+			}
+		}
+		break
+	}
+	return st, nil
+}
+
+func (ps *PubSub) replayEnvelope(id, stream string, format DeliveryFormat, r *Record) *Envelope {
+	env := &Envelope{Instance: ps.rt.Cfg.Name, SessionID: id, Topic: stream, Class: Durable,
+		PayloadType: r.PayloadType, Cursor: r.Cursor, Replayed: true}
+	if format != Event {
+		env.Payload = r.Payload
+	}
+	if format != Encoded {
+		msg, err := messages.Decode(r.PayloadType, r.Payload)
+		if err != nil {
+			msg = &messages.Undecodable{Topic: stream, PayloadType: r.PayloadType, Payload: r.Payload, Error: err.Error()}
+		}
+		env.Event = msg
+	}
+	return env
+}
+
+// persist appends a durable broadcast to its stream before it is queued
+// (Broadcast returns the append's error, and nothing is broadcast).
+func (ps *PubSub) persist(e actors.Entry) error {
+	if !ps.dur.durable(e.Topic) {
+		return nil
+	}
+	if err := ps.rt.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ps.rt.Cfg.CallTimeout)
+	defer cancel()
+	recs := []Record{{Stream: e.Topic, Kind: RecordMessage, Origin: ps.rt.Node, PayloadType: e.PayloadType, Payload: e.Payload}}
+	if err := ps.dur.store.Append(ctx, recs); err != nil {
+		return fmt.Errorf("echopubsub: durable append to %q: %w", e.Topic, err)
+	}
+	return nil
+}

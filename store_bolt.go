@@ -1,0 +1,280 @@
+package echopubsub
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// BoltStore is the embedded Store: one bbolt file per node (bbolt holds an
+// exclusive lock on it: two processes cannot open the same file). Each
+// commit is fsynced before Append returns, so an appended row survives kill
+// -9 and power loss. Appends from concurrent callers are committed together
+// (group commit: one transaction and one fsync for everything queued while
+// the previous commit ran), with no added delay for a lone caller.
+//
+// Layout: bucket "streams" holds one bucket per stream, whose keys are the
+// 8-byte big-endian cursors (bbolt's bucket sequence, which a rolled-back
+// transaction does not advance) and whose values are encoded records.
+type BoltStore struct {
+	db *bolt.DB
+
+	mu     sync.Mutex
+	queue  []*boltAppend
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+}
+
+type boltAppend struct {
+	recs []Record
+	err  chan error
+}
+
+var (
+	bucketStreams = []byte("streams")
+	bucketMeta    = []byte("meta")
+)
+
+// boltFormat is the record encoding's version (first byte of each value).
+const boltFormat = 1
+
+// NewBoltStore opens (or creates) the embedded store at path. It waits at
+// most 5 s for another process's lock on the file.
+func NewBoltStore(path string) (*BoltStore, error) {
+	if path == "" {
+		return nil, fmt.Errorf("echopubsub: bolt store path must not be empty")
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("echopubsub: open bolt store %q: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketStreams); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketMeta)
+		return err
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("echopubsub: init bolt store %q: %w", path, err)
+	}
+	s := &BoltStore{db: db, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.committer()
+	return s, nil
+}
+
+// Shared is false: the file belongs to one node.
+func (s *BoltStore) Shared() bool { return false }
+
+// Append implements Store. ctx bounds the wait for the commit; a commit
+// that ctx abandoned may still land (the rows are then stored, and Append
+// returned ctx's error).
+func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	for i := range recs {
+		if err := ValidateRecord(&recs[i]); err != nil {
+			return err
+		}
+	}
+	a := &boltAppend{recs: recs, err: make(chan error, 1)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrStoreClosed
+	}
+	s.queue = append(s.queue, a)
+	select { // under mu: Close closes wake under mu
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending: the committer will find a
+	}
+	s.mu.Unlock()
+	select {
+	case err := <-a.err:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("echopubsub: bolt append: %w", ctx.Err())
+	}
+}
+
+// committer commits what is queued, one transaction per round, until
+// Close. It is the store's one goroutine.
+func (s *BoltStore) committer() {
+	defer close(s.done)
+	for range s.wake {
+		for {
+			s.mu.Lock()
+			batch := s.queue
+			s.queue = nil
+			closed := s.closed
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			s.commit(batch)
+		}
+	}
+}
+
+// commit writes batch in one transaction. When it fails, each append is
+// retried alone, so that one bad append does not fail the others.
+func (s *BoltStore) commit(batch []*boltAppend) {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, a := range batch {
+			if err := appendTx(tx, a.recs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil || len(batch) == 1 {
+		for _, a := range batch {
+			a.err <- wrapBolt(err)
+		}
+		return
+	}
+	for _, a := range batch {
+		s.commit([]*boltAppend{a})
+	}
+}
+
+func wrapBolt(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("echopubsub: bolt append: %w", err)
+}
+
+func appendTx(tx *bolt.Tx, recs []Record) error {
+	root := tx.Bucket(bucketStreams)
+	for i := range recs {
+		r := &recs[i]
+		b, err := root.CreateBucketIfNotExists([]byte(r.Stream))
+		if err != nil {
+			return fmt.Errorf("stream %q: %w", r.Stream, err)
+		}
+		c, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := b.Put(cursorKey(c), encodeRecord(r)); err != nil {
+			return err
+		}
+		r.Cursor = c
+	}
+	return nil
+}
+
+// Read implements Store.
+func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit int) ([]Record, uint64, error) {
+	if limit <= 0 {
+		return nil, 0, fmt.Errorf("%w: Read limit %d", ErrBadLimit, limit)
+	}
+	if from == 0 {
+		from = 1
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var out []Record
+	next := from
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketStreams).Bucket([]byte(stream))
+		var end uint64 // last cursor handed out
+		if b != nil {
+			end = b.Sequence()
+		}
+		if from > end+1 {
+			return fmt.Errorf("%w: stream %q cursor %d, end %d", ErrCursorBeyondEnd, stream, from, end)
+		}
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(cursorKey(from)); k != nil && len(out) < limit; k, v = c.Next() {
+			r, err := decodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("stream %q cursor %d: %w", stream, binary.BigEndian.Uint64(k), err)
+			}
+			r.Stream, r.Cursor = stream, binary.BigEndian.Uint64(k)
+			out = append(out, r)
+			next = r.Cursor + 1
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+			return nil, 0, ErrStoreClosed
+		}
+		return nil, 0, fmt.Errorf("echopubsub: bolt read: %w", err)
+	}
+	return out, next, nil
+}
+
+// Close waits for queued appends to commit, then closes the file.
+func (s *BoltStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.wake)
+	s.mu.Unlock()
+	<-s.done
+	return s.db.Close()
+}
+
+func cursorKey(c uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], c)
+	return k[:]
+}
+
+// encodeRecord: format byte, kind byte, then uvarint-length-prefixed
+// origin, payload type, payload and reason, and uvarint missed.
+func encodeRecord(r *Record) []byte {
+	n := 2 + 4*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason) + binary.MaxVarintLen64
+	b := make([]byte, 0, n)
+	b = append(b, boltFormat, byte(r.Kind))
+	for _, f := range [][]byte{[]byte(r.Origin), []byte(r.PayloadType), r.Payload, []byte(r.Reason)} {
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return binary.AppendUvarint(b, r.Missed)
+}
+
+func decodeRecord(b []byte) (Record, error) {
+	var r Record
+	if len(b) < 2 || b[0] != boltFormat {
+		return r, fmt.Errorf("record of unknown format")
+	}
+	r.Kind = RecordKind(b[1])
+	b = b[2:]
+	var fields [4][]byte
+	for i := range fields {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return r, fmt.Errorf("truncated record")
+		}
+		fields[i] = b[k : k+int(n)]
+		b = b[k+int(n):]
+	}
+	missed, k := binary.Uvarint(b)
+	if k <= 0 {
+		return r, fmt.Errorf("truncated record")
+	}
+	r.Origin, r.PayloadType, r.Reason, r.Missed = string(fields[0]), string(fields[1]), string(fields[3]), missed
+	r.Payload = append([]byte(nil), fields[2]...) // bbolt's memory is valid only in its transaction
+	return r, nil
+}
