@@ -64,7 +64,7 @@ type GatewayAccess struct {
 	// Identity is what the authentication hook returned for the socket.
 	Identity  string
 	SessionID string
-	// Op is "subscribe", "publish" or "request".
+	// Op is "subscribe", "replay", "publish" or "request".
 	Op string
 	// Topic is the topic subscribed or published to; for "request" the
 	// session id the request goes to.
@@ -103,12 +103,18 @@ type GatewayConfig struct {
 	// Resolver resolves payload types. Default protoregistry.GlobalTypes
 	// (every message type linked into the binary).
 	Resolver GatewayResolver
-	// Authorize, when set, decides each subscribe, publish and request;
-	// its error refuses the command (error frame "unauthorized"). Default
-	// nil: every subscribe and request is allowed. Replay is authorized by
-	// the pubsub's own authorizer, which sees the session id
-	// (SessionIdentity gives the identity).
+	// Authorize, when set, decides each subscribe, replay, publish and
+	// request; its error refuses the command (error frame
+	// "unauthorized"). Default nil: all of them are allowed (publish only
+	// when Publish is set). A replay is also asked of the pubsub's own
+	// authorizer (WithAuthorizer), which sees the session id:
+	// SessionIdentity gives its identity.
 	Authorize func(GatewayAccess) error
+	// DefaultReplayLimit is the replay command's limit when the client
+	// gives none. Default 100.
+	DefaultReplayLimit int
+	// MaxReplayLimit bounds the replay command's limit. Default 1000.
+	MaxReplayLimit int
 	// Publish enables the "publish" command (a Broadcast from the
 	// client). Default false: publish answers "publish_disabled".
 	Publish bool
@@ -117,7 +123,8 @@ type GatewayConfig struct {
 // DefaultGatewayConfig returns the defaults documented on GatewayConfig.
 func DefaultGatewayConfig() GatewayConfig {
 	return GatewayConfig{WriteTimeout: 10 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
-		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes}
+		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes,
+		DefaultReplayLimit: 100, MaxReplayLimit: 1000}
 }
 
 // validate names the first invalid field and its value.
@@ -135,6 +142,10 @@ func (c GatewayConfig) validate(hardQueue int) error {
 		return fmt.Errorf("echopubsub: gateway config MaxSubscriptions must be > 0, got %d", c.MaxSubscriptions)
 	case c.CloseTimeout <= 0:
 		return fmt.Errorf("echopubsub: gateway config CloseTimeout must be > 0, got %v", c.CloseTimeout)
+	case c.MaxReplayLimit <= 0:
+		return fmt.Errorf("echopubsub: gateway config MaxReplayLimit must be > 0, got %d", c.MaxReplayLimit)
+	case c.DefaultReplayLimit <= 0 || c.DefaultReplayLimit > c.MaxReplayLimit:
+		return fmt.Errorf("echopubsub: gateway config DefaultReplayLimit must be in 1..MaxReplayLimit (%d), got %d", c.MaxReplayLimit, c.DefaultReplayLimit)
 	case c.Resolver == nil:
 		return fmt.Errorf("echopubsub: gateway config Resolver must not be nil, got nil")
 	}
@@ -291,7 +302,7 @@ type socket struct {
 // by the writer), or raw JSON.
 type outFrame struct {
 	env    *Envelope
-	notice proto.Message
+	notice interface{} // a notice message, or a *StreamGap
 	raw    []byte
 }
 
@@ -307,7 +318,11 @@ func (s *socket) receive(ctx actor.Context) {
 		}
 		s.send(outFrame{env: m})
 	case *messages.SessionPressure, *messages.CursorExpired, *messages.BackPressure:
-		s.send(outFrame{notice: m.(proto.Message)})
+		s.send(outFrame{notice: m})
+	case *StreamGap:
+		s.send(outFrame{notice: m})
+	case *ownerFrame:
+		s.send(outFrame{raw: m.raw})
 	case *messages.SessionClosed:
 		s.send(outFrame{notice: m})
 		code, reason := websocket.StatusNormalClosure, "session closed"
@@ -410,6 +425,9 @@ func (s *socket) encodeEnvelope(env *Envelope) []byte {
 	if env.Class == Ephemeral {
 		f.Class = "ephemeral"
 	}
+	if env.Replayed {
+		f.Replayed, f.Cursor = true, env.Cursor
+	}
 	if rc, ok := RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
@@ -436,7 +454,15 @@ func (s *socket) encodeEnvelope(env *Envelope) []byte {
 	return b
 }
 
-func (s *socket) encodeNotice(m proto.Message) []byte {
+func (s *socket) encodeNotice(n interface{}) []byte {
+	if g, ok := n.(*StreamGap); ok {
+		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_gap", Notice: mustJSON(streamGapJSON{SessionID: g.SessionID,
+			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason})})
+	}
+	m, ok := n.(proto.Message)
+	if !ok {
+		return mustJSON(errorFrame{Type: "error", Code: CodeInternal, Message: fmt.Sprintf("unknown notice %T", n)})
+	}
 	kind := "notice"
 	switch m.(type) {
 	case *messages.SessionPressure:
@@ -480,6 +506,15 @@ func (s *socket) readLoop(ctx context.Context) {
 
 // handle runs one command and queues its answer.
 func (s *socket) handle(b []byte) {
+	defer func() {
+		// A bug behind one command must not take the process down (this
+		// goroutine is the HTTP server's): the client gets an internal
+		// error, the socket goes on.
+		if r := recover(); r != nil {
+			s.gw.log.Error().Interface("panic", r).Str("session", s.sid).Msg("gateway: command panicked")
+			s.send(outFrame{raw: mustJSON(errorFrame{Type: "error", Code: CodeInternal, Message: "internal error"})})
+		}
+	}()
 	f, ferr := decodeClientFrame(b)
 	if ferr == nil {
 		ferr = s.run(f)

@@ -37,6 +37,7 @@ const (
 	CodeTooManySubs       = "too_many_subscriptions"
 	CodeUnknownType       = "unknown_type"
 	CodeReplayUnavailable = "replay_unavailable"
+	CodeCursorBeyondEnd   = "cursor_beyond_end"
 	CodePublishDisabled   = "publish_disabled"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
@@ -234,15 +235,19 @@ type helloFrame struct {
 
 // envelopeFrame is one delivery.
 type envelopeFrame struct {
-	Type        string            `json:"type"` // "envelope"
-	SessionID   string            `json:"session_id"`
-	DeliveryID  uint64            `json:"delivery_id"`
-	Topic       string            `json:"topic"`
-	Class       string            `json:"class"`
-	Context     map[string]string `json:"context,omitempty"`
-	Request     *requestInfo      `json:"request,omitempty"`
-	PayloadType string            `json:"payload_type"`
-	Payload     json.RawMessage   `json:"payload,omitempty"`
+	Type       string            `json:"type"` // "envelope"
+	SessionID  string            `json:"session_id"`
+	DeliveryID uint64            `json:"delivery_id"`
+	Topic      string            `json:"topic"`
+	Class      string            `json:"class"`
+	Context    map[string]string `json:"context,omitempty"`
+	Request    *requestInfo      `json:"request,omitempty"`
+	// Replayed marks a delivery of the replay command; Cursor is then the
+	// row's cursor in the store.
+	Replayed    bool            `json:"replayed,omitempty"`
+	Cursor      uint64          `json:"cursor,omitempty"`
+	PayloadType string          `json:"payload_type"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
 	// PayloadError says why Payload is absent (undecodable on this node,
 	// or over MaxFrameSize); PayloadBase64 then carries the bytes when
 	// they fit.
@@ -255,6 +260,16 @@ type requestInfo struct {
 	From      string `json:"from"`
 	To        string `json:"to"`
 	Reply     bool   `json:"reply"`
+}
+
+// streamGapJSON is a *StreamGap on the wire (notice kind "stream_gap").
+type streamGapJSON struct {
+	SessionID string `json:"session_id"`
+	Stream    string `json:"stream"`
+	Cursor    uint64 `json:"cursor"`
+	Node      string `json:"node"`
+	Missed    uint64 `json:"missed"`
+	Reason    string `json:"reason"`
 }
 
 // noticeFrame carries a notice message in protojson.
