@@ -23,8 +23,16 @@ import (
 // sent before is intact and in order, then the notices, then the close. A
 // healthy socket on the same node gets everything; the node goes on.
 func TestGatewaySlowSocketIsClosedWithReason(t *testing.T) {
+	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.Disconnect, echopubsub.ExitOwner} {
+		t.Run(action.String(), func(t *testing.T) { testSlowSocket(t, action) })
+	}
+}
+
+func testSlowSocket(t *testing.T, action echopubsub.SlowConsumerAction) {
 	const soft, hard, total = 5, 20, 60
-	nodes := test.StartCluster(t, 1, sessionConfig(soft, hard))
+	cfg := sessionConfig(soft, hard)
+	cfg.SlowConsumerAction = action
+	nodes := test.StartCluster(t, 1, cfg)
 	nd := nodes[0]
 	gw, url := serveGateway(t, nd, nil, smallGatewayConfig())
 	slow, healthy := dialGateway(t, url), dialGateway(t, url)
