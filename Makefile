@@ -9,11 +9,13 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 
 .PHONY: test deps soak-long soak-plant bench
 
-# test installs what the tests need (first run only) and runs every test.
+# test installs what the tests need (first run only) and runs every test,
+# the PostgreSQL store's module (cluster/pgstore, its own go.mod) included.
 test: deps
 	ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
-	ECHOPUBSUB_CHAOS_RACE=1 $(GO) test -count=1 -p 1 -timeout 30m ./...
+	ECHOPUBSUB_CHAOS_RACE=1 $(GO) test -count=1 -p 1 -timeout 30m ./... && \
+	cd cluster/pgstore && $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 deps:
 	@.ci/deps >/dev/null

@@ -277,3 +277,55 @@ func TestDurableBroadcastFailsWhenTheAppendFails(t *testing.T) {
 		t.Fatalf("subscriber of the durable topic got %s", c.Describe())
 	}
 }
+
+// TestReplayAfterFullClusterRestartBolt: every node stops, every node
+// starts again on its own file; a session replays what was published
+// before the restart. (Node-local store: a node's file holds what that
+// node published.)
+func TestReplayAfterFullClusterRestartBolt(t *testing.T) {
+	dir := t.TempDir()
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 50, 100
+	nodes := test.StartCluster(t, 2, cfg)
+	// StartCluster gives every node the same options: restart each on its
+	// own file instead (the static membership lists both nodes).
+	for i, nd := range nodes {
+		nd.StopPubSub(t)
+		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
+			echopubsub.WithStorePath(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+	}
+	publishStamps(t, nodes[0], "room:1", "a", 1, 20)
+	publishStamps(t, nodes[1], "room:1", "b", 1, 20)
+	for _, nd := range nodes {
+		nd.StopPubSub(t)
+	}
+	for i, nd := range nodes {
+		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
+			echopubsub.WithStorePath(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+	}
+	for i, nd := range nodes {
+		o := spawnOwner(t, nd, nil)
+		id := openSession(t, nd, o, nil)
+		st := replay(t, nd, id, "room:1", echopubsub.ReplayOptions{Limit: 15})
+		st2 := replay(t, nd, id, "room:1", echopubsub.ReplayOptions{Limit: 15, From: st.ResumeCursor})
+		if st.Delivered+st2.Delivered != 20 || st2.Stopped || st2.Gaps != 0 {
+			t.Fatalf("node %d after the restart: %+v then %+v", i, st, st2)
+		}
+		waitEnvelopes(t, o, 20)
+		want := []uint64{}
+		for s := uint64(1); s <= 20; s++ {
+			want = append(want, s)
+		}
+		if fmt.Sprint(o.seqs()) != fmt.Sprint(want) {
+			t.Fatalf("node %d replayed %v", i, o.seqs())
+		}
+	}
+}
+
+func addrsOf(nodes []*test.Node) []string {
+	var out []string
+	for _, nd := range nodes {
+		out = append(out, nd.Addr)
+	}
+	return out
+}

@@ -84,7 +84,9 @@ func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
 			return err
 		}
 	}
-	a := &boltAppend{recs: recs, err: make(chan error, 1)}
+	// The committer works on its own copy: a caller that gave up (ctx)
+	// must not see its records written to later.
+	a := &boltAppend{recs: append([]Record(nil), recs...), err: make(chan error, 1)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -98,7 +100,13 @@ func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
 	s.mu.Unlock()
 	select {
 	case err := <-a.err:
-		return err
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			recs[i].Cursor = a.recs[i].Cursor
+		}
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("echopubsub: bolt append: %w", ctx.Err())
 	}

@@ -150,4 +150,3 @@ func TestBoltStoreSurvivesKill9(t *testing.T) {
 	}
 	t.Logf("acknowledged %v; stored %v (rows past an acknowledgement were committed, not yet acknowledged)", acked, stored)
 }
-

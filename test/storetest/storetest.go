@@ -22,6 +22,9 @@ type Harness struct {
 	// Reopen closes s and opens the same storage again, as a restarted
 	// process would.
 	Reopen func(t *testing.T, s echopubsub.Store) echopubsub.Store
+	// Twin, for a shared store, opens a second handle on s's storage, as
+	// another node would (closed by the suite); nil for a node-local one.
+	Twin func(t *testing.T, s echopubsub.Store) echopubsub.Store
 }
 
 func ctx(t *testing.T) context.Context {
@@ -146,6 +149,14 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("ConcurrentAppendsNeverShowAHole", func(t *testing.T) {
 		s := open(t)
+		handles := []echopubsub.Store{s}
+		if h.Twin != nil { // writers spread over several nodes' handles
+			for i := 0; i < 3; i++ {
+				tw := h.Twin(t, s)
+				t.Cleanup(func() { _ = tw.Close() })
+				handles = append(handles, tw)
+			}
+		}
 		const writers, each = 8, 40
 		var wg sync.WaitGroup
 		errs := make(chan error, writers+1)
@@ -156,7 +167,7 @@ func Run(t *testing.T, h Harness) {
 				defer wg.Done()
 				for i := 0; i < each; i++ {
 					r := []echopubsub.Record{msg("c", w*1000+i)}
-					if err := s.Append(context.Background(), r); err != nil {
+					if err := handles[w%len(handles)].Append(context.Background(), r); err != nil {
 						errs <- err
 						return
 					}
