@@ -92,6 +92,10 @@ type GatewayConfig struct {
 	// consumer and is closed. Default 4096; must be above the pubsub's
 	// HardQueue, so that the session's own rule acts first.
 	OutboundQueue int
+	// PingInterval is how often an idle socket is pinged; a peer that does
+	// not answer within WriteTimeout is gone and its socket is closed (its
+	// session with it). Default 30s.
+	PingInterval time.Duration
 	// MaxSubscriptions bounds one socket's topics. Default 256.
 	MaxSubscriptions int
 	// CloseTimeout bounds Close waiting for sockets to end. Default 10s.
@@ -122,7 +126,7 @@ type GatewayConfig struct {
 
 // DefaultGatewayConfig returns the defaults documented on GatewayConfig.
 func DefaultGatewayConfig() GatewayConfig {
-	return GatewayConfig{WriteTimeout: 10 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
+	return GatewayConfig{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
 		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes,
 		DefaultReplayLimit: 100, MaxReplayLimit: 1000}
 }
@@ -132,6 +136,8 @@ func (c GatewayConfig) validate(hardQueue int) error {
 	switch {
 	case c.WriteTimeout <= 0:
 		return fmt.Errorf("echopubsub: gateway config WriteTimeout must be > 0, got %v", c.WriteTimeout)
+	case c.PingInterval <= 0:
+		return fmt.Errorf("echopubsub: gateway config PingInterval must be > 0, got %v", c.PingInterval)
 	case c.ReadLimit < 512:
 		return fmt.Errorf("echopubsub: gateway config ReadLimit must be >= 512 bytes, got %d", c.ReadLimit)
 	case c.MaxFrameSize < 1024:
@@ -378,8 +384,19 @@ func closeReasonClip(r string) string {
 // 5 s timeouts). A write that fails or times out closes the socket at once.
 func (s *socket) writeLoop() {
 	defer close(s.writerDone)
+	ping := time.NewTicker(s.gw.cfg.PingInterval)
+	defer ping.Stop()
 	for {
 		select {
+		case <-ping.C:
+			ctx, cancel := context.WithTimeout(context.Background(), s.gw.cfg.WriteTimeout)
+			err := s.conn.Ping(ctx) // the handler's read loop reads the pong
+			cancel()
+			if err != nil {
+				s.requestClose(websocket.StatusPolicyViolation, "no pong within WriteTimeout", false)
+				_ = s.conn.CloseNow()
+				return
+			}
 		case f := <-s.out:
 			if err := s.write(f); err != nil {
 				s.requestClose(websocket.StatusPolicyViolation, "slow consumer: write timed out", false)

@@ -220,6 +220,8 @@ func TestGatewayConfigValidation(t *testing.T) {
 		{func(c *echopubsub.GatewayConfig) { c.MaxFrameSize = 5 }, "MaxFrameSize must be >= 1024 bytes, got 5"},
 		{func(c *echopubsub.GatewayConfig) { c.OutboundQueue = 20 }, "OutboundQueue must be above the pubsub's HardQueue (20), got 20"},
 		{func(c *echopubsub.GatewayConfig) { c.MaxSubscriptions = -1 }, "MaxSubscriptions must be > 0, got -1"},
+		{func(c *echopubsub.GatewayConfig) { c.PingInterval = 0 }, "PingInterval must be > 0, got 0s"},
+		{func(c *echopubsub.GatewayConfig) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
 		{func(c *echopubsub.GatewayConfig) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
 		{func(c *echopubsub.GatewayConfig) { c.Resolver = nil }, "Resolver must not be nil"},
 	} {
@@ -354,4 +356,34 @@ func TestGatewayReplay(t *testing.T) {
 		t.Fatalf("page 3: %v", res)
 	}
 	checkReplayed(envs, 6, 10)
+}
+
+// A peer that no longer answers pings (gone without a close) is closed
+// after PingInterval + WriteTimeout, and its session with it.
+func TestGatewayClosesUnresponsivePeer(t *testing.T) {
+	nodes := test.StartCluster(t, 1, sessionConfig(5, 20))
+	cfg := smallGatewayConfig()
+	cfg.PingInterval, cfg.WriteTimeout = 100*time.Millisecond, 300*time.Millisecond
+	gw, url := serveGateway(t, nodes[0], nil, cfg)
+	// This client reads the hello, then nothing more: coder/websocket
+	// answers pings only inside Read, so it never answers.
+	c := dialGateway(t, url)
+	test.Eventually(t, 10*time.Second, func() bool { return gw.Sockets() == 0 }, test.Sprintf("socket still open"))
+	if _, open := nodes[0].PS.SessionIdentity(c.sid); open {
+		t.Fatal("the silent peer's session is still open")
+	}
+	// A client that reads answers pings and stays.
+	d := dialGateway(t, url)
+	done := make(chan struct{})
+	go func() { // the test's reader; ends when the socket closes at cleanup
+		defer close(done)
+		for {
+			if _, err := d.read(); err != nil {
+				return
+			}
+		}
+	}()
+	test.Never(t, time.Second, func() bool { return gw.Sockets() != 1 }, test.Sprintf("a responsive socket was closed"))
+	_ = d.conn.Close(websocket.StatusNormalClosure, "")
+	<-done
 }
