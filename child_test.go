@@ -20,6 +20,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/cluster/consul"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -79,9 +80,9 @@ func runChildNode(specJSON string) int {
 	r.Start()
 	var mem cluster.Membership = cluster.NewStatic(spec.Peers...)
 	if spec.Consul != "" {
-		c, err := cluster.NewConsul(test.FastConsulConfig(spec.Consul))
+		c, err := consul.New(test.FastConsulConfig(spec.Consul))
 		if err != nil {
-			log.Error().Err(err).Msg("child: NewConsul")
+			log.Error().Err(err).Msg("child: consul.New")
 			return 2
 		}
 		mem = c

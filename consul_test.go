@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/cluster/consul"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 )
@@ -194,9 +194,9 @@ func consulNode(t *testing.T, addr string, hooks ...zerolog.Hook) *test.Node {
 	system, r := test.StartRemote(t, log)
 	nd := &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults()}
 	nd.Log = log.With().Str("test_node", nd.Addr).Logger()
-	mem, err := cluster.NewConsul(test.FastConsulConfig(addr))
+	mem, err := consul.New(test.FastConsulConfig(addr))
 	if err != nil {
-		t.Fatalf("NewConsul: %v", err)
+		t.Fatalf("consul.New: %v", err)
 	}
 	nd.Start(t, fastConfig(), echopubsub.WithMembership(mem))
 	return nd

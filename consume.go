@@ -180,7 +180,7 @@ func durableIDs(envs []*Envelope) []uint64 {
 // ackAll acknowledges ids in AckMany calls of at most MaxBatchItems.
 func ackAll(ps *PubSub, sid string, ids []uint64) (ConsumeResult, error) {
 	var res ConsumeResult
-	max := ps.rt.Cfg.MaxBatchItems
+	max := ps.cfg.MaxBatchItems
 	for len(ids) > 0 {
 		n := min(len(ids), max)
 		r, err := ps.AckMany(sid, ids[:n])

@@ -308,7 +308,7 @@ func TestCapacityWarning(t *testing.T) {
 			nodes := test.StartCluster(t, 2, cfg)
 			var warnings atomic.Int32
 			sub := nodes[0].System.EventStream.Subscribe(func(ev interface{}) {
-				if _, ok := ev.(*echopubsub.CapacityWarning); ok {
+				if _, ok := ev.(*messages.CapacityWarning); ok {
 					warnings.Add(1)
 				}
 			})

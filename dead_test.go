@@ -108,7 +108,7 @@ func (crashingProducer) Acked(string, proto.Message)         {}
 func TestDeadAfterRestartLimit(t *testing.T) {
 	log := test.Logger(t, zerolog.ErrorLevel) // every crash logs; the test reads Done and Err
 	nodes, addrs := test.NewNodes(t, 2, log)
-	nodes[0].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)), echopubsub.WithFaultHook(crashingProducer{}))
+	nodes[0].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)), test.WithFaultHook(crashingProducer{}))
 	nodes[1].Start(t, fastConfig(), echopubsub.WithMembership(cluster.NewStatic(addrs...)))
 	ps := nodes[0].PS
 	select {

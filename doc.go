@@ -101,7 +101,7 @@
 // map lookup, an append to (or a mark in) the topic's own subscriber list,
 // and the subscriber's own subscriptions. Nothing else is copied, so a
 // node holds a million subscriptions (measured: BenchmarkSubscribe in
-// package actors, docs/benchmarks.md "Subscriptions"). Delivery reads the
+// package actors/delivery, docs/benchmarks.md "Subscriptions"). Delivery reads the
 // topic table without a lock: topics live in a concurrent map, each topic's
 // list behind an atomic pointer. The registry is its only writer, one change
 // at a time under its lock; Subscribe makes its change in the caller's
@@ -143,15 +143,22 @@
 //
 // # Use
 //
-//	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(zlog))
-//	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 8090, zlog))
-//	r.Start()
-//	ps, err := echopubsub.Start(system, echopubsub.DefaultConfig("scores"),
-//		echopubsub.WithMembership(cluster.NewStatic("127.0.0.1:8090", "127.0.0.1:8091")),
-//		echopubsub.WithLogger(zlog))
-//	sub := system.Root.Spawn(actor.PropsFromFunc(receive, actor.WithMailbox(echopubsub.SubscriberMailbox())))
-//	err = ps.Subscribe(sub, "match:42")
-//	err = ps.Broadcast(nil, "match:42", &scorepb.Goal{...})
+// See Example (two nodes in one process, a subscriber handling the message,
+// CursorExpired and BackPressure) and the other examples. In short: start an
+// actor system whose remote runs with RemoteConfig, Start a pubsub on it
+// with the same Config.Name and member list on every node, spawn
+// subscribers with SubscriberMailbox and Subscribe them, and Broadcast
+// (from an actor: send a *messages.Broadcast to PID()).
+//
+// # Packages
+//
+// This package is the API. Beside it: cluster (membership: static list or
+// Consul), messages (wire, notice and report types), ringbuf (the cursor
+// rules), supervision (the tree), and the actors themselves in actors/stream
+// (producer and worker: the node-to-node stream) and actors/delivery
+// (dispatcher, registry, counting mailbox: local delivery and
+// back-pressure); they meet at two calls, Deliver and Expired. See
+// docs/architecture.md.
 //
 // # Trust boundary
 //

@@ -6,7 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/actors/stream"
 )
 
 // drain is the first step of a graceful Stop: with writes closed, every
@@ -28,16 +28,17 @@ func (ps *PubSub) drain(ctx context.Context) {
 	// not eat the others' time.
 	futures := make([]*actor.Future, ps.rt.Cfg.PoolSize)
 	for g := range futures {
-		futures[g] = ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.Drain{}, timeout)
+		futures[g] = ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &stream.Drain{}, timeout)
 	}
 	for g, f := range futures {
 		res, err := f.Result()
-		d, ok := res.(*actors.Drained)
+		d, ok := res.(*stream.Drained)
 		if err != nil || !ok {
 			ps.rt.Log.Warn().Err(err).Uint32("group", uint32(g)).Msg("graceful stop: drain did not finish: peers that had not acknowledged everything will be told CursorExpired")
 			continue
 		}
 		retired += d.Retired
+		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor)
 		for node, lag := range d.Away {
 			away[node] += lag
 		}

@@ -14,55 +14,39 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/actors/delivery"
+	"github.com/echopubsub/echopubsub/actors/stream"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/supervision"
 )
 
-// Config is the configuration of one pubsub; see actors.Config for every
-// field and its default.
-type Config = actors.Config
-
-// DefaultConfig returns the defaults of the Elixir EchoPubSub: PoolSize 1,
-// BufferSize 10_000, BatchInterval 200ms, CallTimeout 5s, RetryInterval
-// 200ms, CapacityWarningThreshold 0.4, CapacityWarningInterval 60s.
-func DefaultConfig(name string) Config { return actors.DefaultConfig(name) }
-
-// Re-exported pieces of the actors package that users need.
-type (
-	// FaultHook injects faults between producers and workers (tests only).
-	FaultHook = actors.FaultHook
-	// CapacityWarning is published on the actor system's event stream.
-	CapacityWarning = actors.CapacityWarning
-	// Flushed, Expired, SyncFailed and RetryScheduled are the other
-	// telemetry events on the actor system's event stream.
-	Flushed        = actors.Flushed
-	Expired        = actors.Expired
-	SyncFailed     = actors.SyncFailed
-	RetryScheduled = actors.RetryScheduled
-	// GroupStats is one producer's view of the cluster (see Stats).
-	GroupStats = actors.GroupStats
-	// NodeStats is one node in GroupStats.
-	NodeStats = actors.NodeStats
-)
-
 // Errors.
 var (
-	ErrBusy         = actors.ErrBusy
-	ErrStopped      = actors.ErrStopped
-	ErrUnmeasurable = actors.ErrUnmeasurable
-	ErrNotLocal     = actors.ErrNotLocal
-	ErrTooLarge     = actors.ErrTooLarge
+	// ErrBusy: the sender's producer had Config.MaxPendingWrites queued for
+	// as long as the call could wait (CallTimeout, or its context).
+	ErrBusy = core.ErrBusy
+	// ErrStopped: the pubsub was stopped (see Done and Err).
+	ErrStopped = core.ErrStopped
+	// ErrTooLarge: one message exceeds Config.MaxBatchBytes.
+	ErrTooLarge = core.ErrTooLarge
+	// ErrUnmeasurable: a subscriber not spawned with SubscriberMailbox was
+	// subscribed without WithUnboundedQueue.
+	ErrUnmeasurable = delivery.ErrUnmeasurable
+	// ErrNotLocal: the notice subscriber must be a local actor.
+	ErrNotLocal = delivery.ErrNotLocal
 	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
 	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
 	// ErrNotMember: the node named is not a current member of the pubsub.
 	ErrNotMember = errors.New("echopubsub: not a member of this pubsub")
 )
 
-// SubscriberMailbox is the mailbox a bounded subscriber is spawned with;
-// see actors.SubscriberMailbox.
-func SubscriberMailbox() actor.MailboxProducer { return actors.SubscriberMailbox() }
+// SubscriberMailbox is the mailbox a bounded subscriber is spawned with: it
+// counts the messages queued, which is what the subscriber's bound
+// (Config.MaxQueueLen, WithMaxQueueLen) is checked against.
+func SubscriberMailbox() actor.MailboxProducer { return delivery.SubscriberMailbox() }
 
 // Option configures Start.
 type Option func(*options)
@@ -70,7 +54,7 @@ type Option func(*options)
 type options struct {
 	membership    cluster.Membership
 	log           *zerolog.Logger
-	hook          FaultHook
+	hook          faults.Hook
 	meterProvider metric.MeterProvider
 	// durable streams (store.go)
 	store     Store
@@ -94,33 +78,39 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.meterProvider = mp }
 }
 
-// WithFaultHook installs a fault hook between producers and workers, for
-// tests. Defaults to none.
-func WithFaultHook(h FaultHook) Option { return func(o *options) { o.hook = h } }
+// The test-only seam: this module's tests install a fault hook through
+// internal/faults; nothing outside the module can.
+func init() {
+	faults.Option = func(h faults.Hook) any { return Option(func(o *options) { o.hook = h }) }
+}
 
 // SubscribeOption configures one subscription.
-type SubscribeOption func(*actors.SubOptions)
+type SubscribeOption func(*subOptions)
+
+type subOptions = delivery.SubOptions
 
 // WithMetadata delivers a *messages.Delivery (producer node, group,
 // incarnation, cursor, topic and the message) instead of the bare message,
 // so the subscriber can verify its own stream. Defaults to the bare message.
-func WithMetadata() SubscribeOption { return func(o *actors.SubOptions) { o.Meta = true } }
+func WithMetadata() SubscribeOption { return func(o *subOptions) { o.Meta = true } }
 
 // WithMaxQueueLen bounds this subscriber's queue at n messages instead of
 // Config.MaxQueueLen. Any n > 0 is accepted.
 func WithMaxQueueLen(n int) SubscribeOption {
-	return func(o *actors.SubOptions) { o.MaxQueueLen, o.MaxQueueLenSet = n, true }
+	return func(o *subOptions) { o.MaxQueueLen, o.MaxQueueLenSet = n, true }
 }
 
 // WithUnboundedQueue is the explicit opt-in for a subscriber whose mailbox
 // cannot be measured (not spawned with SubscriberMailbox): it is never
 // bounded, so never dropped for, and can grow without limit.
-func WithUnboundedQueue() SubscribeOption { return func(o *actors.SubOptions) { o.Unbounded = true } }
+func WithUnboundedQueue() SubscribeOption { return func(o *subOptions) { o.Unbounded = true } }
 
 // PubSub is one running pubsub on one node. Its methods are safe for
 // concurrent use.
 type PubSub struct {
-	rt         *actors.Runtime
+	cfg        Config
+	rt         *core.Runtime
+	d          *delivery.Dispatcher // this node's subscribers
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
@@ -162,7 +152,7 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	if err != nil {
 		return nil, err
 	}
-	ps, err := start(system, cfg, addr, o, log)
+	ps, err := start(system, cfg, addr, o, log, dur)
 	if err != nil {
 		_ = dur.close()
 		return nil, err
@@ -171,22 +161,30 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	return ps, nil
 }
 
-func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger) (*PubSub, error) {
-	rt := actors.NewRuntime(cfg, system, addr, o.hook, log)
+func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durability) (*PubSub, error) {
+	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
+	if dur.store != nil {
+		dur.node, dur.timeout, dur.log = addr, cfg.CallTimeout, rt.Log
+		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
+			return nil, err
+		}
+		rt.Durable = dur
+	}
 	if o.meterProvider != nil {
-		m, err := actors.NewMetrics(o.meterProvider, cfg.Name, cfg.PoolSize)
+		m, err := core.NewMetrics(o.meterProvider, cfg.Name, cfg.PoolSize)
 		if err != nil {
 			return nil, fmt.Errorf("echopubsub: start %q: metrics: %w", cfg.Name, err)
 		}
 		rt.Metrics = m
 	}
-	root, err := system.Root.SpawnNamed(rt.RootProps(), actors.RootName(cfg.Name))
+	d := delivery.NewDispatcher(system, addr, rt.Log)
+	root, err := system.Root.SpawnNamed(supervision.Tree(rt, d), core.RootName(cfg.Name))
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
 	// From here the edge guard (RemoteConfig) lets this pubsub's members in.
 	pubsubs.add(rt)
-	ps := &PubSub{rt: rt, membership: o.membership, root: root, registry: rt.RegistryPID()}
+	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID()}
 	if err := ps.waitReady(); err != nil {
 		rt.Close()
 		pubsubs.remove(rt)
@@ -223,7 +221,7 @@ func (ps *PubSub) waitReady() error {
 	targets := []struct {
 		pid *actor.PID
 		msg interface{}
-	}{{ps.root, &actors.MembersQuery{}}}
+	}{{ps.root, &core.MembersQuery{}}}
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
 		targets = append(targets, struct {
 			pid *actor.PID
@@ -234,7 +232,7 @@ func (ps *PubSub) waitReady() error {
 		targets = append(targets, struct {
 			pid *actor.PID
 			msg interface{}
-		}{ps.rt.ProducerPID(uint32(g)), &actors.StatsQuery{}})
+		}{ps.rt.ProducerPID(uint32(g)), &stream.StatsQuery{}})
 	}
 	for _, tg := range targets {
 		for {
@@ -277,7 +275,7 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 	if err != nil {
 		return err
 	}
-	return ps.ask(&actors.Subscribe{PID: pid, Topic: topic, Opts: o})
+	return ps.ask(&delivery.Subscribe{PID: pid, Topic: topic, Opts: o})
 }
 
 // SubscribeNamed subscribes the actor registered under name on this node,
@@ -294,7 +292,7 @@ func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) er
 	if err != nil {
 		return err
 	}
-	return ps.ask(&actors.Subscribe{Name: name, Topic: topic, Opts: o})
+	return ps.ask(&delivery.Subscribe{Name: name, Topic: topic, Opts: o})
 }
 
 // Unsubscribe removes every subscription of pid to topic.
@@ -302,7 +300,7 @@ func (ps *PubSub) Unsubscribe(pid *actor.PID, topic string) error {
 	if pid == nil {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
 	}
-	return ps.ask(&actors.Unsubscribe{PID: pid, Topic: topic})
+	return ps.ask(&delivery.Unsubscribe{PID: pid, Topic: topic})
 }
 
 // UnsubscribeNamed removes every subscription of name to topic.
@@ -310,12 +308,12 @@ func (ps *PubSub) UnsubscribeNamed(name, topic string) error {
 	if name == "" {
 		return fmt.Errorf("echopubsub: subscriber name is empty")
 	}
-	return ps.ask(&actors.Unsubscribe{Name: name, Topic: topic})
+	return ps.ask(&delivery.Unsubscribe{Name: name, Topic: topic})
 }
 
 // SubscriberCount is the number of subscriptions to topic on this node (a
 // PID subscribed twice counts twice). Terminated PIDs are pruned.
-func (ps *PubSub) SubscriberCount(topic string) int { return ps.rt.Dispatcher.SubscriberCount(topic) }
+func (ps *PubSub) SubscriberCount(topic string) int { return ps.d.SubscriberCount(topic) }
 
 // SetNoticeSubscriber makes pid receive a copy of every back-pressure (and
 // *messages.Missed) notice on this node (nil: none). pid must be a local
@@ -323,11 +321,11 @@ func (ps *PubSub) SubscriberCount(topic string) int { return ps.rt.Dispatcher.Su
 // bounded at Config.MaxQueueLen like any subscriber, and past it copies are
 // dropped, newest first, with one BackPressure notice about itself.
 func (ps *PubSub) SetNoticeSubscriber(pid *actor.PID) error {
-	return ps.ask(&actors.SetNotices{PID: pid})
+	return ps.ask(&delivery.SetNotices{PID: pid})
 }
 
-func subOpts(opts []SubscribeOption) (actors.SubOptions, error) {
-	var o actors.SubOptions
+func subOpts(opts []SubscribeOption) (subOptions, error) {
+	var o subOptions
 	for i, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("echopubsub: subscribe option %d is nil", i)
@@ -345,7 +343,7 @@ func (ps *PubSub) ask(req interface{}) error {
 	// lock: through the actor it would cost a future and two goroutine
 	// hand-offs, which subscription churn turns into delivery latency.
 	if _, running := ps.rt.System.ProcessRegistry.GetLocal(ps.registry.Id); running {
-		if ok, err := ps.rt.Dispatcher.Apply(ps.registry, req); ok {
+		if ok, err := ps.d.Apply(ps.registry, req); ok {
 			return err
 		}
 	}
@@ -353,7 +351,7 @@ func (ps *PubSub) ask(req interface{}) error {
 	if err != nil {
 		return fmt.Errorf("echopubsub: registry: %w", err)
 	}
-	if r, ok := res.(*actors.Reply); ok {
+	if r, ok := res.(*delivery.Reply); ok {
 		return r.Err
 	}
 	return fmt.Errorf("echopubsub: registry answered %T", res)
@@ -369,18 +367,36 @@ func (ps *PubSub) Done() <-chan struct{} { return ps.rt.Done() }
 // ErrStopped after Stop, an error wrapping ErrStopped otherwise.
 func (ps *PubSub) Err() error { return ps.rt.Err() }
 
-func (ps *PubSub) entry(topic string, msg proto.Message) (actors.Entry, error) {
+// publish encodes msg once and hands it to the sender's producer (or, when
+// local, to this node's subscribers only). exclude skips the subscriber
+// from; onlyNode, when set, is the one node whose subscribers get it. ctx
+// bounds the wait for room in a full producer (nil: CallTimeout).
+func (ps *PubSub) publish(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+	if err := ps.rt.Err(); err != nil {
+		return err
+	}
 	if topic == "" {
-		return actors.Entry{}, fmt.Errorf("echopubsub: topic must not be empty")
+		return fmt.Errorf("echopubsub: topic must not be empty")
+	}
+	if exclude && from == nil {
+		return fmt.Errorf("echopubsub: a ...From broadcast needs a sender PID")
 	}
 	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
-		return actors.Entry{}, err
+		return err
 	}
 	if err := ps.rt.CheckSize(len(topic), len(payload)); err != nil {
-		return actors.Entry{}, err
+		return err
 	}
-	return actors.Entry{Topic: topic, PayloadType: typeName, Payload: payload}, nil
+	w := &core.Write{Topic: topic, PayloadType: typeName, Payload: payload, OnlyNode: onlyNode, Msg: msg}
+	if exclude {
+		w.Exclude = delivery.Key(from)
+	}
+	if local {
+		ps.d.DeliverLocal(w)
+		return nil
+	}
+	return ps.rt.Enqueue(ctx, from, w)
 }
 
 // Broadcast sends msg to every subscriber of topic on every node, at least
@@ -390,44 +406,35 @@ func (ps *PubSub) entry(topic string, msg proto.Message) (actors.Entry, error) {
 // be nil) picks the producer: one sender always hits the same one. This
 // node's subscribers receive msg itself: do not modify it afterwards.
 func (ps *PubSub) Broadcast(from *actor.PID, topic string, msg proto.Message) error {
-	e, err := ps.entry(topic, msg)
-	if err != nil {
-		return err
+	return ps.publish(nil, from, topic, msg, false, false, "")
+}
+
+// BroadcastContext is Broadcast with ctx bounding the wait for room in a
+// full producer instead of CallTimeout: when ctx ends first it fails with an
+// error wrapping both ErrBusy and ctx.Err(). A message it accepted is
+// delivered like any other; cancelling ctx afterwards does not take it back.
+func (ps *PubSub) BroadcastContext(ctx context.Context, from *actor.PID, topic string, msg proto.Message) error {
+	if ctx == nil {
+		return fmt.Errorf("echopubsub: BroadcastContext needs a context, got nil")
 	}
-	if err := ps.persist(e); err != nil {
-		return err
-	}
-	return ps.rt.Enqueue(from, e, msg)
+	return ps.publish(ctx, from, topic, msg, false, false, "")
 }
 
 // BroadcastFrom is Broadcast to every subscriber but from.
 func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
-	if from == nil {
-		return fmt.Errorf("echopubsub: BroadcastFrom needs a sender PID")
-	}
-	e, err := ps.entry(topic, msg)
-	if err != nil {
-		return err
-	}
-	e.Exclude = from.Address + "/" + from.Id
-	if err := ps.persist(e); err != nil {
-		return err
-	}
-	return ps.rt.Enqueue(from, e, msg)
+	return ps.publish(nil, from, topic, msg, true, false, "")
 }
 
 // LocalBroadcast sends msg to this node's subscribers of topic only. It is
 // not buffered and has no cursor.
 func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
-	if err := ps.rt.Err(); err != nil {
-		return err
-	}
-	e, err := ps.entry(topic, msg)
-	if err != nil {
-		return err
-	}
-	ps.rt.LocalDeliver(e, msg)
-	return nil
+	return ps.publish(nil, nil, topic, msg, false, true, "")
+}
+
+// LocalBroadcastFrom is LocalBroadcast to every subscriber but from (Phoenix's
+// local_broadcast_from).
+func (ps *PubSub) LocalBroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
+	return ps.publish(nil, from, topic, msg, true, true, "")
 }
 
 // DirectBroadcast sends msg to the subscribers of topic on node only, with
@@ -435,6 +442,17 @@ func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
 // nodes acknowledge it without delivering). node is a member's address (this
 // node's included); any other node is an error, not a message nobody gets.
 func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
+	return ps.direct(nil, node, topic, msg, false)
+}
+
+// DirectBroadcastFrom is DirectBroadcast to every subscriber on node but
+// from (Phoenix's direct_broadcast_from). from also picks the producer, as
+// in Broadcast.
+func (ps *PubSub) DirectBroadcastFrom(from *actor.PID, node, topic string, msg proto.Message) error {
+	return ps.direct(from, node, topic, msg, true)
+}
+
+func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message, exclude bool) error {
 	if node == "" {
 		return fmt.Errorf("echopubsub: DirectBroadcast needs a node name")
 	}
@@ -444,43 +462,61 @@ func (ps *PubSub) DirectBroadcast(node, topic string, msg proto.Message) error {
 		}
 		return fmt.Errorf("%w: DirectBroadcast to %q", ErrNotMember, node)
 	}
-	e, err := ps.entry(topic, msg)
-	if err != nil {
-		return err
-	}
-	e.OnlyNode = node
-	return ps.rt.Enqueue(nil, e, msg)
+	return ps.publish(nil, from, topic, msg, exclude, false, node)
 }
 
 // Stats asks every producer of this node for its view: write cursor and,
-// per node, read cursor and lag.
-func (ps *PubSub) Stats(ctx context.Context) ([]GroupStats, error) {
+// per node, read cursor and lag. It waits at most CallTimeout, less when
+// ctx ends first (deadline or cancellation).
+func (ps *PubSub) Stats(ctx context.Context) ([]messages.GroupStats, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("echopubsub: Stats needs a context, got nil")
 	}
 	if err := ps.rt.Err(); err != nil {
 		return nil, err
 	}
-	var out []GroupStats
+	out := make([]messages.GroupStats, 0, ps.rt.Cfg.PoolSize)
 	for g := 0; g < ps.rt.Cfg.PoolSize; g++ {
-		timeout := ps.rt.Cfg.CallTimeout
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-			timeout = time.Until(dl)
-		}
-		if timeout <= 0 { // protoactor treats a negative timeout as none at all
-			return nil, fmt.Errorf("echopubsub: stats: %w", context.DeadlineExceeded)
-		}
-		res, err := ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &actors.StatsQuery{}, timeout).Result()
+		res, err := ps.request(ctx, ps.rt.ProducerPID(uint32(g)), &stream.StatsQuery{})
 		if err != nil {
 			return nil, fmt.Errorf("echopubsub: stats of group %d: %w", g, err)
 		}
-		gs, ok := res.(*actors.GroupStats)
+		gs, ok := res.(*messages.GroupStats)
 		if !ok {
 			return nil, fmt.Errorf("echopubsub: stats of group %d: got %T", g, res)
 		}
 		out = append(out, *gs)
 	}
 	return out, nil
+}
+
+// request asks a local actor, waiting at most CallTimeout and no longer
+// than ctx. The future's own timeout ends its wait even when ctx ends first
+// (the goroutine below never outlives CallTimeout).
+func (ps *PubSub) request(ctx context.Context, pid *actor.PID, msg interface{}) (interface{}, error) {
+	timeout := ps.rt.Cfg.CallTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if timeout <= 0 { // protoactor treats a negative timeout as none at all
+		return nil, context.DeadlineExceeded
+	}
+	type result struct {
+		v   interface{}
+		err error
+	}
+	f := ps.rt.System.Root.RequestFuture(pid, msg, timeout)
+	ch := make(chan result, 1)
+	go func() { v, err := f.Result(); ch <- result{v, err} }()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Stop is graceful: Broadcast fails with ErrStopped from its first moment;

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -47,30 +47,30 @@ import (
 //
 // Which pubsubs run on a node, and their members, comes from pubsubs: Start
 // adds each pubsub under its node address, Stop removes it, and the pubsub's
-// root publishes its member list (actors.Runtime.IsMember). The guard looks a
+// root publishes its member list (core.Runtime.IsMember). The guard looks a
 // request's pubsub up by its target's address and actor name; a target that
 // is no running pubsub's is refused.
 
 // pubsubs is every pubsub running in this process, by node address and name.
-var pubsubs = &pubsubTable{m: map[string]map[string]*actors.Runtime{}}
+var pubsubs = &pubsubTable{m: map[string]map[string]*core.Runtime{}}
 
 type pubsubTable struct {
 	mu sync.RWMutex
-	m  map[string]map[string]*actors.Runtime
+	m  map[string]map[string]*core.Runtime
 }
 
-func (t *pubsubTable) add(rt *actors.Runtime) {
+func (t *pubsubTable) add(rt *core.Runtime) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	byName := t.m[rt.Node]
 	if byName == nil {
-		byName = map[string]*actors.Runtime{}
+		byName = map[string]*core.Runtime{}
 		t.m[rt.Node] = byName
 	}
 	byName[rt.Cfg.Name] = rt
 }
 
-func (t *pubsubTable) remove(rt *actors.Runtime) {
+func (t *pubsubTable) remove(rt *core.Runtime) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if byName := t.m[rt.Node]; byName != nil && byName[rt.Cfg.Name] == rt {
@@ -81,7 +81,7 @@ func (t *pubsubTable) remove(rt *actors.Runtime) {
 	}
 }
 
-func (t *pubsubTable) get(node, name string) *actors.Runtime {
+func (t *pubsubTable) get(node, name string) *core.Runtime {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.m[node][name]
@@ -348,7 +348,13 @@ func (s *guardedStream) checkTree(env *remote.MessageEnvelope, target, sender *a
 	var reason string
 	switch {
 	case rt == nil:
-		reason = fmt.Sprintf("no pubsub %q runs on %s", name, target.Address)
+		// No pubsub of that name runs here (never started, or stopped while
+		// the remote still runs): nothing here can act on the request, so it
+		// passes to protoactor, whose dead-letter process answers it with a
+		// DeadLetterResponse at once. The sender's call fails now instead of
+		// after its CallTimeout (a graceful Stop elsewhere then gives up on
+		// this node in RetryInterval steps, not CallTimeout steps).
+		return true, nil
 	case !rt.IsMember(sender.Address):
 		reason = fmt.Sprintf("%s is not a member of pubsub %q on %s", sender.Address, name, rt.Node)
 	case claims && claim != sender.Address:
@@ -378,7 +384,7 @@ func reasonKind(reason string) string {
 	return reason
 }
 
-func rejection(rt *actors.Runtime, typ, reason string) proto.Message {
+func rejection(rt *core.Runtime, typ, reason string) proto.Message {
 	reason = "echopubsub: " + reason
 	switch typ {
 	case typeBroadcast:

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/actors"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -127,7 +127,7 @@ func sendBatch(t *testing.T, addr string, b *remote.MessageBatch) error {
 	}
 }
 
-func workerPID(addr string) *actor.PID { return actor.NewPID(addr, actors.WorkerName("scores", 0)) }
+func workerPID(addr string) *actor.PID { return actor.NewPID(addr, core.WorkerName("scores", 0)) }
 
 func payload(t *testing.T, m proto.Message) []byte {
 	b, err := proto.Marshal(m)

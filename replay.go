@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/echopubsub/echopubsub/actors"
 	"github.com/echopubsub/echopubsub/actors/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -163,22 +162,4 @@ func (ps *PubSub) replayEnvelope(id, stream string, format DeliveryFormat, r *Re
 		env.Event = msg
 	}
 	return env
-}
-
-// persist appends a durable broadcast to its stream before it is queued
-// (Broadcast returns the append's error, and nothing is broadcast).
-func (ps *PubSub) persist(e actors.Entry) error {
-	if !ps.dur.durable(e.Topic) {
-		return nil
-	}
-	if err := ps.rt.Err(); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), ps.rt.Cfg.CallTimeout)
-	defer cancel()
-	recs := []Record{{Stream: e.Topic, Kind: RecordMessage, Origin: ps.rt.Node, PayloadType: e.PayloadType, Payload: e.Payload}}
-	if err := ps.dur.store.Append(ctx, recs); err != nil {
-		return fmt.Errorf("echopubsub: durable append to %q: %w", e.Topic, err)
-	}
-	return nil
 }

@@ -12,24 +12,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/echopubsub/echopubsub/actors"
 	"github.com/echopubsub/echopubsub/actors/session"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/supervision"
-)
-
-// Session settings re-exported from the actors package (see Config).
-type SlowConsumerAction = actors.SlowConsumerAction
-
-const (
-	// Disconnect closes a session that would exceed HardQueue (default).
-	Disconnect = actors.Disconnect
-	// ExitOwner closes it and stops its owner actor.
-	ExitOwner = actors.ExitOwner
-	// The three MaxDeliveryReservations profiles.
-	ReservationsSmall    = actors.ReservationsSmall
-	ReservationsBalanced = actors.ReservationsBalanced
-	ReservationsLarge    = actors.ReservationsLarge
 )
 
 // Session errors.
@@ -43,9 +28,6 @@ var (
 	ErrUnknownDelivery = session.ErrUnknownDelivery
 	// ErrTooManyItems: AckMany got more than Config.MaxBatchItems ids.
 	ErrTooManyItems = session.ErrTooManyItems
-	// ErrSoftQueueNotBelowHardQueue: Config.SoftQueue >= Config.HardQueue
-	// (Start's error names both values).
-	ErrSoftQueueNotBelowHardQueue = actors.ErrSoftQueueNotBelowHardQueue
 	// ErrNilOwner: OpenSession needs an owner actor.
 	ErrNilOwner = errors.New("echopubsub: session owner PID is nil")
 	// ErrOwnerNotRunning: the owner is a local PID no actor answers to.
@@ -203,7 +185,7 @@ func (r rootSender) Exit(pid *actor.PID)                  { r.system.Root.Poison
 // startSessions spawns the parent of the session actors. Called by Start
 // once the tree answers.
 func (ps *PubSub) startSessions() error {
-	cfg := ps.rt.Cfg
+	cfg := ps.cfg
 	lim := session.Limits{SoftQueue: cfg.SoftQueue, HardQueue: cfg.HardQueue, Action: session.Disconnect,
 		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems}
 	if cfg.SlowConsumerAction == ExitOwner {
@@ -290,7 +272,7 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 }
 
 func (ps *PubSub) spawnSessionActor(s *session.Session, rec *sessionRec) (*actor.PID, error) {
-	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + s.ID(), seen: map[stream]position{}}
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + s.ID(), seen: map[origin]position{}}
 	props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithMailbox(SubscriberMailbox()),
 		supervision.IgnorePoisonPill())
 	res, err := ps.rt.System.Root.RequestFuture(ps.sess.manager, &spawnSession{props: props}, ps.rt.Cfg.CallTimeout).Result()

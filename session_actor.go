@@ -39,10 +39,10 @@ type sessionActor struct {
 	// seen is the last cursor delivered per producer stream: a redelivery
 	// of the stream (at-least-once below) is not delivered to the session
 	// a second time, as a new delivery id the owner would process again.
-	seen map[stream]position
+	seen map[origin]position
 }
 
-type stream struct {
+type origin struct {
 	node  string
 	group uint32
 }
@@ -68,7 +68,7 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 
 func (a *sessionActor) deliver(d *messages.Delivery) {
 	if !d.Local {
-		k := stream{d.Node, d.Group}
+		k := origin{d.Node, d.Group}
 		if p, ok := a.seen[k]; ok && p.incarnation == d.Incarnation && d.Cursor <= p.cursor {
 			return // a redelivery of what this session was already handed
 		}

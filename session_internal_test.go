@@ -8,8 +8,8 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/echopubsub/echopubsub/actors"
 	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -38,8 +38,9 @@ func TestSessionActorSkipsStreamRedeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := &PubSub{rt: &actors.Runtime{Cfg: actors.DefaultConfig("x")}, sess: &sessions{engine: eng}}
-	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + "id", seen: map[stream]position{}}
+	cfg := DefaultConfig("x")
+	ps := &PubSub{cfg: cfg, rt: &core.Runtime{Cfg: cfg.engine()}, sess: &sessions{engine: eng}}
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + "id", seen: map[origin]position{}}
 	d := func(node string, inc, cursor uint64, local bool, v string) *messages.Delivery {
 		return &messages.Delivery{Node: node, Incarnation: inc, Cursor: cursor, Topic: "t", Local: local, Message: wrapperspb.String(v)}
 	}

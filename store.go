@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub/internal/core"
 )
 
 // Store keeps durable streams: for each stream (a topic named durable with
@@ -146,7 +151,12 @@ func WithAuthorizer(fn func(sessionID, stream string) error) Option {
 
 // durability is the durable side of one pubsub.
 type durability struct {
+	node    string        // this node (set by Start)
+	timeout time.Duration // each store call (Config.CallTimeout)
+	log     zerolog.Logger
+
 	store     Store
+	preds     map[uint32][2]uint64 // group -> previous incarnation, final cursor
 	owned     bool // opened by WithStorePath: closed by Stop
 	exact     map[string]bool
 	prefixes  []string
@@ -204,4 +214,218 @@ func (d *durability) close() error {
 		return d.store.Close()
 	}
 	return nil
+}
+
+// LocalStore is what a node-local Store (Shared false) adds so that its
+// node records, in the transaction that stores what it received, how far
+// it got in each producer's stream, and marks what it lost with gap rows
+// (see "Durable streams" in the package doc). NewBoltStore implements it.
+// A node-local Store without it holds what its node published and
+// received, and has no gap rows.
+type LocalStore interface {
+	Store
+	// AppendAt appends recs (may be empty) and records pos, in one
+	// transaction. A transaction that only records a position need not be
+	// fsynced: after a power loss an older position makes a gap row that
+	// was not needed (an alarm, never a silent loss).
+	AppendAt(ctx context.Context, recs []Record, pos ProducerPosition) error
+	// MarkGap appends gap (its Stream ignored) to every stream the store
+	// holds and records pos, in one transaction.
+	MarkGap(ctx context.Context, gap Record, pos ProducerPosition) error
+	// Position is what was recorded for the producer of node's pool group
+	// (ok false: nothing).
+	Position(ctx context.Context, node string, group uint32) (pos ProducerPosition, ok bool, err error)
+}
+
+// ProducerPosition is how far a node got in one producer incarnation's
+// stream: every durable message below Next is stored or marked lost.
+type ProducerPosition struct {
+	Node        string
+	Group       uint32
+	Incarnation uint64
+	Next        uint64
+	// Retired: the incarnation ended gracefully at Next.
+	Retired bool
+}
+
+func (d *durability) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d.timeout)
+}
+
+// IsDurable implements core.Durable.
+func (d *durability) IsDurable(topic string) bool { return d.durable(topic) }
+
+// Publish implements core.Durable: a durable broadcast of this node is
+// appended (once, by this node: for a shared store the only append) before
+// it is queued. DirectBroadcast writes are not durable.
+func (d *durability) Publish(ctx context.Context, w *core.Write) error {
+	if w.OnlyNode != "" || !d.durable(w.Topic) {
+		return nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
+	recs := []Record{{Stream: w.Topic, Kind: RecordMessage, Origin: d.node, PayloadType: w.PayloadType, Payload: w.Payload}}
+	if err := d.store.Append(ctx, recs); err != nil {
+		return fmt.Errorf("echopubsub: durable append to %q: %w", w.Topic, err)
+	}
+	return nil
+}
+
+func (d *durability) local() LocalStore {
+	if d == nil || d.store == nil || d.store.Shared() {
+		return nil
+	}
+	l, _ := d.store.(LocalStore)
+	return l
+}
+
+func producerPosition(p core.ProducerPos, retired bool) ProducerPosition {
+	return ProducerPosition{Node: p.Node, Group: p.Group, Incarnation: p.Incarnation, Next: p.Next, Retired: retired}
+}
+
+// Received implements core.Durable: a node-local store appends what this
+// node received (one transaction per batch, with the producer's position),
+// before the batch is acknowledged.
+func (d *durability) Received(p core.ProducerPos, rows []core.Row) error {
+	l := d.local()
+	if l == nil {
+		if len(rows) == 0 || d.store.Shared() {
+			return nil
+		}
+		return d.appendRows(d.store.Append, p, rows)
+	}
+	return d.appendRows(func(ctx context.Context, recs []Record) error { return l.AppendAt(ctx, recs, producerPosition(p, false)) }, p, rows)
+}
+
+func (d *durability) appendRows(appendFn func(context.Context, []Record) error, p core.ProducerPos, rows []core.Row) error {
+	recs := make([]Record, len(rows))
+	for i, r := range rows {
+		recs[i] = Record{Stream: r.Topic, Kind: RecordMessage, Origin: p.Node, PayloadType: r.PayloadType, Payload: r.Payload}
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	return appendFn(ctx, recs)
+}
+
+// Lost implements core.Durable: a gap row in every stream of a node-local
+// store.
+func (d *durability) Lost(p core.ProducerPos, missed uint64, reason string) error {
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
+		Msg("durable streams: marking a gap")
+	return l.MarkGap(ctx, Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, producerPosition(p, false))
+}
+
+// Joined implements core.Durable: when the worker could not tell (this
+// node restarted since it last heard of the producer), the position
+// recorded before says whether this node's store missed messages while
+// the node was away.
+func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) error {
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	old, ok, err := l.Position(ctx, p.Node, p.Group)
+	if err != nil {
+		return err
+	}
+	reason := ""
+	var missed uint64
+	switch {
+	case told || !ok:
+		// The worker told (or knew there was nothing to tell), or this
+		// store never heard of the producer: nothing of it was stored
+		// here to be continued.
+	case old.Incarnation == p.Incarnation:
+		if p.Next > old.Next {
+			missed = p.Next - old.Next
+			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
+		}
+	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
+		// The previous incarnation ended where this store got to (it
+		// retired here, or its node says so from its own store): only
+		// what the new one wrote before this node started is missing.
+		if p.Next > 0 {
+			missed = p.Next
+			reason = fmt.Sprintf("this node was away while the producer's new incarnation wrote cursors 0 to %d", p.Next-1)
+		}
+	default:
+		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
+	}
+	if reason == "" {
+		return l.AppendAt(ctx, nil, producerPosition(p, false))
+	}
+	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
+		Msg("durable streams: marking a gap")
+	return l.MarkGap(ctx, Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, producerPosition(p, false))
+}
+
+// Retired implements core.Durable.
+func (d *durability) Retired(p core.ProducerPos) error {
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	return l.AppendAt(ctx, nil, producerPosition(p, true))
+}
+
+// selfNode keys this node's own producer records in the positions of a
+// LocalStore: where each group's incarnation ended at a graceful Stop.
+const selfNode = "\x00self"
+
+// loadPredecessors reads where this node's producers ended last time.
+func (d *durability) loadPredecessors(groups int) error {
+	d.preds = map[uint32][2]uint64{}
+	l := d.local()
+	if l == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	for g := 0; g < groups; g++ {
+		pos, ok, err := l.Position(ctx, selfNode, uint32(g))
+		if err != nil {
+			return fmt.Errorf("echopubsub: durable store: %w", err)
+		}
+		if ok && pos.Retired {
+			d.preds[uint32(g)] = [2]uint64{pos.Incarnation, pos.Next}
+		}
+	}
+	return nil
+}
+
+// Predecessor implements core.Durable.
+func (d *durability) Predecessor(group uint32) (uint64, uint64) {
+	p := d.preds[group]
+	return p[0], p[1]
+}
+
+// ended records where this node's producer of group ended (graceful Stop,
+// after its drain): told to peers by its next incarnation.
+func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
+	l := d.local()
+	if l == nil || incarnation == 0 {
+		return
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	pos := ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
+	if err := l.AppendAt(ctx, nil, pos); err != nil {
+		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
+	}
 }

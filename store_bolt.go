@@ -33,12 +33,19 @@ type BoltStore struct {
 
 type boltAppend struct {
 	recs []Record
+	gap  *Record           // MarkGap: appended to every stream
+	pos  *ProducerPosition // AppendAt, MarkGap: recorded
 	err  chan error
 }
 
+// synced reports whether a's transaction must be fsynced before it is
+// acknowledged: rows are; a position alone is not (see LocalStore).
+func (a *boltAppend) synced() bool { return len(a.recs) > 0 || a.gap != nil }
+
 var (
-	bucketStreams = []byte("streams")
-	bucketMeta    = []byte("meta")
+	bucketStreams   = []byte("streams")
+	bucketMeta      = []byte("meta")
+	bucketProducers = []byte("producers")
 )
 
 // boltFormat is the record encoding's version (first byte of each value).
@@ -56,6 +63,9 @@ func NewBoltStore(path string) (*BoltStore, error) {
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketStreams); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketProducers); err != nil {
 			return err
 		}
 		_, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -79,6 +89,47 @@ func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	return s.submit(ctx, recs, nil, nil)
+}
+
+// AppendAt implements LocalStore.
+func (s *BoltStore) AppendAt(ctx context.Context, recs []Record, pos ProducerPosition) error {
+	return s.submit(ctx, recs, nil, &pos)
+}
+
+// MarkGap implements LocalStore.
+func (s *BoltStore) MarkGap(ctx context.Context, gap Record, pos ProducerPosition) error {
+	gap.Kind, gap.Stream = RecordGap, "-"
+	return s.submit(ctx, nil, &gap, &pos)
+}
+
+// Position implements LocalStore.
+func (s *BoltStore) Position(ctx context.Context, node string, group uint32) (ProducerPosition, bool, error) {
+	p := ProducerPosition{Node: node, Group: group}
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketProducers).Get(positionKey(node, group))
+		if v == nil {
+			return nil
+		}
+		if len(v) != 17 {
+			return fmt.Errorf("producer position of %s group %d: %d bytes", node, group, len(v))
+		}
+		p.Incarnation, p.Next, p.Retired = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:]), v[16] == 1
+		found = true
+		return nil
+	})
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return p, false, ErrStoreClosed
+	}
+	return p, found, err
+}
+
+func positionKey(node string, group uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte(node+"/"), group)
+}
+
+func (s *BoltStore) submit(ctx context.Context, recs []Record, gap *Record, pos *ProducerPosition) error {
 	for i := range recs {
 		if err := ValidateRecord(&recs[i]); err != nil {
 			return err
@@ -86,7 +137,7 @@ func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
 	}
 	// The committer works on its own copy: a caller that gave up (ctx)
 	// must not see its records written to later.
-	a := &boltAppend{recs: append([]Record(nil), recs...), err: make(chan error, 1)}
+	a := &boltAppend{recs: append([]Record(nil), recs...), gap: gap, pos: pos, err: make(chan error, 1)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -137,10 +188,31 @@ func (s *BoltStore) committer() {
 // commit writes batch in one transaction. When it fails, each append is
 // retried alone, so that one bad append does not fail the others.
 func (s *BoltStore) commit(batch []*boltAppend) {
+	sync := false
+	for _, a := range batch {
+		sync = sync || a.synced()
+	}
+	s.db.NoSync = !sync // only this goroutine writes: read by this Update's commit alone
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, a := range batch {
 			if err := appendTx(tx, a.recs); err != nil {
 				return err
+			}
+			if a.gap != nil {
+				if err := gapTx(tx, a.gap); err != nil {
+					return err
+				}
+			}
+			if a.pos != nil {
+				v := binary.BigEndian.AppendUint64(nil, a.pos.Incarnation)
+				v = binary.BigEndian.AppendUint64(v, a.pos.Next)
+				r := byte(0)
+				if a.pos.Retired {
+					r = 1
+				}
+				if err := tx.Bucket(bucketProducers).Put(positionKey(a.pos.Node, a.pos.Group), append(v, r)); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -161,6 +233,26 @@ func wrapBolt(err error) error {
 		return nil
 	}
 	return fmt.Errorf("echopubsub: bolt append: %w", err)
+}
+
+// gapTx appends gap to every stream.
+func gapTx(tx *bolt.Tx, gap *Record) error {
+	root := tx.Bucket(bucketStreams)
+	var names [][]byte
+	if err := root.ForEachBucket(func(k []byte) error {
+		names = append(names, append([]byte(nil), k...))
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, n := range names {
+		g := *gap
+		g.Stream = string(n)
+		if err := appendTx(tx, []Record{g}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func appendTx(tx *bolt.Tx, recs []Record) error {
@@ -286,3 +378,4 @@ func decodeRecord(b []byte) (Record, error) {
 	r.Payload = append([]byte(nil), fields[2]...) // bbolt's memory is valid only in its transaction
 	return r, nil
 }
+var _ LocalStore = (*BoltStore)(nil)

@@ -84,15 +84,15 @@ func watchEvents(t *testing.T, nd *test.Node) *events {
 	sub := nd.System.EventStream.Subscribe(func(ev interface{}) {
 		var kind string
 		switch ev.(type) {
-		case *echopubsub.Flushed:
+		case *messages.Flushed:
 			kind = "flushed"
-		case *echopubsub.Expired:
+		case *messages.Expired:
 			kind = "expired"
-		case *echopubsub.SyncFailed:
+		case *messages.SyncFailed:
 			kind = "sync_failed"
-		case *echopubsub.RetryScheduled:
+		case *messages.RetryScheduled:
 			kind = "retry_scheduled"
-		case *echopubsub.CapacityWarning:
+		case *messages.CapacityWarning:
 			kind = "capacity_warning"
 		default:
 			return

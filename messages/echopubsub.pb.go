@@ -685,8 +685,15 @@ type Register struct {
 	Join         bool `protobuf:"varint,8,opt,name=join,proto3" json:"join,omitempty"`
 	// For a join: the worker incarnation next_cursor was computed for.
 	WorkerIncarnation uint64 `protobuf:"varint,9,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For a join, when the producer node keeps a node-local durable store:
+	// its previous incarnation of this group (0: unknown, e.g. after kill -9)
+	// and the write cursor it ended at with a graceful Stop. A worker whose
+	// store holds that incarnation up to predecessor_final missed nothing of
+	// it (no gap row).
+	PredecessorIncarnation uint64 `protobuf:"varint,10,opt,name=predecessor_incarnation,json=predecessorIncarnation,proto3" json:"predecessor_incarnation,omitempty"`
+	PredecessorFinal       uint64 `protobuf:"varint,11,opt,name=predecessor_final,json=predecessorFinal,proto3" json:"predecessor_final,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -778,6 +785,20 @@ func (x *Register) GetJoin() bool {
 func (x *Register) GetWorkerIncarnation() uint64 {
 	if x != nil {
 		return x.WorkerIncarnation
+	}
+	return 0
+}
+
+func (x *Register) GetPredecessorIncarnation() uint64 {
+	if x != nil {
+		return x.PredecessorIncarnation
+	}
+	return 0
+}
+
+func (x *Register) GetPredecessorFinal() uint64 {
+	if x != nil {
+		return x.PredecessorFinal
 	}
 	return 0
 }
@@ -1926,7 +1947,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xcd\x02\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xb3\x03\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -1938,7 +1959,10 @@ const file_echopubsub_proto_rawDesc = "" +
 	"nextCursor\x12#\n" +
 	"\rmissed_writes\x18\a \x01(\bR\fmissedWrites\x12\x12\n" +
 	"\x04join\x18\b \x01(\bR\x04join\x12-\n" +
-	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\"\xfb\x01\n" +
+	"\x12worker_incarnation\x18\t \x01(\x04R\x11workerIncarnation\x127\n" +
+	"\x17predecessor_incarnation\x18\n" +
+	" \x01(\x04R\x16predecessorIncarnation\x12+\n" +
+	"\x11predecessor_final\x18\v \x01(\x04R\x10predecessorFinal\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +

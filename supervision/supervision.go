@@ -1,14 +1,19 @@
-// Package supervision builds EchoPubSub's supervision tree, which mirrors
-// the OTP design of the Elixir original:
+// Package supervision builds EchoPubSub's supervision tree (Tree), which
+// mirrors the OTP design of the Elixir original:
 //
-//	echopubsub/<name>                 root: one-for-one; routes Broadcast
+//	echopubsub/<name>                 root (Tree): one-for-one; routes Broadcast
 //	│                                 messages and membership events
-//	├── registry                      subscriptions (state survives restarts)
-//	├── g0                            pool group 0: one-for-one
-//	│   ├── producer                  ring buffer, write cursor, read cursors
-//	│   └── worker                    receives batches, acks after delivery
-//	├── g1 ...                        one group per Config.PoolSize
-//	└── (membership)                  started by the root, events to the root
+//	├── registry                      subscriptions (actors/delivery; state survives restarts)
+//	├── g0                            pool group 0 (Props): one-for-one
+//	│   ├── producer                  actors/stream: ring buffer, write cursor, read cursors
+//	│   └── worker                    actors/stream: receives batches, acks after delivery
+//	└── g1 ...                        one group per Config.PoolSize
+//
+// Beside the tree, started by echopubsub.Start after the tree answers:
+//
+//	echopubsub-sessions/<name>        parent of the session actors (one per open session)
+//	membership                        cluster.Static (no actor) or consul.Membership (its
+//	                                  heartbeat actor), which sends its events to the root
 //
 // What restarts with what:
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -58,7 +59,7 @@ func StartCluster(t testing.TB, n int, cfg echopubsub.Config, opts ...echopubsub
 // Start starts (or, after StopPubSub, restarts) the node's pubsub.
 func (nd *Node) Start(t testing.TB, cfg echopubsub.Config, opts ...echopubsub.Option) {
 	t.Helper()
-	opts = append([]echopubsub.Option{echopubsub.WithLogger(nd.Log), echopubsub.WithFaultHook(nd.Faults)}, opts...)
+	opts = append([]echopubsub.Option{echopubsub.WithLogger(nd.Log), WithFaultHook(nd.Faults)}, opts...)
 	ps, err := echopubsub.Start(nd.System, cfg, opts...)
 	if err != nil {
 		t.Fatalf("start pubsub on %s: %v", nd.Addr, err)
@@ -113,7 +114,7 @@ func (nd *Node) Broadcast(t testing.TB, topic string, msg proto.Message) {
 }
 
 // Stats returns the node's group-0 producer view.
-func (nd *Node) Stats(t testing.TB) echopubsub.GroupStats {
+func (nd *Node) Stats(t testing.TB) messages.GroupStats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -125,14 +126,14 @@ func (nd *Node) Stats(t testing.TB) echopubsub.GroupStats {
 }
 
 // NodeStats returns what nd's group-0 producer knows of node addr.
-func (nd *Node) NodeStats(t testing.TB, addr string) echopubsub.NodeStats {
+func (nd *Node) NodeStats(t testing.TB, addr string) messages.NodeStats {
 	t.Helper()
 	for _, ns := range nd.Stats(t).Nodes {
 		if ns.Node == addr {
 			return ns
 		}
 	}
-	return echopubsub.NodeStats{Node: addr}
+	return messages.NodeStats{Node: addr}
 }
 
 // WaitJoined waits until every producer (every pool group) of every node
@@ -319,3 +320,8 @@ func NewNodes(t testing.TB, n int, log zerolog.Logger) ([]*Node, []string) {
 	}
 	return nodes, addrs
 }
+
+// WithFaultHook installs h between the pubsub's producers and workers. It
+// goes through the module's internal seam (internal/faults): fault
+// injection is not part of the public API.
+func WithFaultHook(h faults.Hook) echopubsub.Option { return faults.Option(h).(echopubsub.Option) }

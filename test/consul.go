@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/cluster/consul"
 )
 
 // ConsulVersion is the Consul the tests run against (built by .ci/deps).
@@ -237,8 +237,8 @@ func (a *ConsulAgent) HealthyInstances(service string) int {
 // FastConsulConfig is a Consul membership configuration with test-sized
 // timings: TTL 1s refreshed every 200ms, backoff 20ms..200ms, a 1s
 // recovery grace.
-func FastConsulConfig(addr string) cluster.ConsulConfig {
-	return cluster.ConsulConfig{
+func FastConsulConfig(addr string) consul.Config {
+	return consul.Config{
 		Address: addr, TTL: time.Second, RefreshInterval: 200 * time.Millisecond,
 		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		WaitTime: 5 * time.Second, RequestTimeout: time.Second, RecoveryGrace: time.Second,

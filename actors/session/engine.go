@@ -49,7 +49,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -65,7 +65,7 @@ var (
 	ErrTooManyItems = errors.New("echopubsub: too many items")
 	// ErrEngineClosed: the engine was closed (its pubsub stopped). It is
 	// the pubsub's ErrStopped.
-	ErrEngineClosed = actors.ErrStopped
+	ErrEngineClosed = core.ErrStopped
 )
 
 // Action is the slow-consumer action.
@@ -272,20 +272,31 @@ func (e *Engine) lookup(id string) (*Session, error) {
 // Ack releases the reservation deliveryID of session id and returns the
 // new pending count.
 func (e *Engine) Ack(id string, deliveryID uint64) (int, error) {
-	s, err := e.lookup(id)
+	s, err := e.openLocked(id)
 	if err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.open {
-		return 0, ErrUnknownSession
-	}
 	if _, ok := s.res[deliveryID]; !ok {
 		return len(s.res), ErrUnknownDelivery
 	}
 	e.release(s, deliveryID)
 	return len(s.res), nil
+}
+
+// openLocked returns open session id with its mutex held (the caller
+// unlocks it), or ErrUnknownSession.
+func (e *Engine) openLocked(id string) (*Session, error) {
+	s, err := e.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if !s.open {
+		s.mu.Unlock()
+		return nil, ErrUnknownSession
+	}
+	return s, nil
 }
 
 // release drops one reservation. Caller holds s.mu.
@@ -305,15 +316,11 @@ func (e *Engine) AckMany(id string, ids []uint64, unknown []uint64) (acked int, 
 	if len(ids) > e.lim.MaxBatchItems {
 		return 0, unknown, e.Pending(id), fmt.Errorf("%w: AckMany got %d ids, MaxBatchItems is %d", ErrTooManyItems, len(ids), e.lim.MaxBatchItems)
 	}
-	s, err := e.lookup(id)
+	s, err := e.openLocked(id)
 	if err != nil {
 		return 0, unknown, 0, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.open {
-		return 0, unknown, 0, ErrUnknownSession
-	}
 	for _, d := range ids {
 		if _, ok := s.res[d]; !ok {
 			unknown = append(unknown, d)
@@ -328,15 +335,11 @@ func (e *Engine) AckMany(id string, ids []uint64, unknown []uint64) (acked int, 
 // AckFirst releases the session's oldest reservation; (0, nil) when it
 // holds none.
 func (e *Engine) AckFirst(id string) (int, error) {
-	s, err := e.lookup(id)
+	s, err := e.openLocked(id)
 	if err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.open {
-		return 0, ErrUnknownSession
-	}
 	if len(s.res) == 0 {
 		return 0, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/cluster/consul"
 )
 
 // consulMembership makes a node find the others through the Consul agent at
@@ -13,7 +14,7 @@ import (
 // over HTTP, so it stays a member and its peers keep buffering for it, as
 // they would for a real network partition between nodes.
 func consulMembership(addr string, _ zerolog.Logger) (cluster.Membership, error) {
-	cfg := cluster.DefaultConsulConfig()
+	cfg := consul.DefaultConfig()
 	cfg.Address = addr
-	return cluster.NewConsul(cfg)
+	return consul.New(cfg)
 }

@@ -23,7 +23,7 @@ func SkipEntry() bool { return false }
 // batch that ends at target (planted: target, before any ack).
 func Advance(next, target uint64) uint64 { return next }
 
-// DeliveredHook is the part of actors.FaultHook AckFirst calls (a type
+// DeliveredHook is the part of faults.Hook AckFirst calls (a type
 // parameter, so the hook is passed without an interface conversion).
 type DeliveredHook interface {
 	Delivered(from string, cursor uint64)

@@ -72,7 +72,7 @@ func Advance(next, target uint64) uint64 {
 	return next
 }
 
-// DeliveredHook is the part of actors.FaultHook AckFirst calls.
+// DeliveredHook is the part of faults.Hook AckFirst calls.
 type DeliveredHook interface {
 	Delivered(from string, cursor uint64)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/chaos"
@@ -156,7 +157,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 	defer rec.Close()
 	hook := &crashHook{log: log, rec: rec}
 	ps, err := echopubsub.Start(system, pcfg, echopubsub.WithLogger(log),
-		echopubsub.WithMembership(cluster.NewStatic(peers...)), echopubsub.WithFaultHook(hook))
+		echopubsub.WithMembership(cluster.NewStatic(peers...)), faults.Option(hook).(echopubsub.Option))
 	if err != nil {
 		return err
 	}
@@ -300,7 +301,7 @@ func (n *node) subscribe(late bool, bound int, slow time.Duration) error {
 }
 
 // groupOf is the pool group the library routes a sender's broadcasts
-// through (actors.Runtime.Group), so a publisher nobody heard from still
+// through (core.Runtime.Group), so a publisher nobody heard from still
 // has its producer stream.
 func groupOf(from *actor.PID, pool int) uint32 {
 	if pool <= 1 {

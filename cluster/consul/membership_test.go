@@ -1,4 +1,4 @@
-package cluster_test
+package consul_test
 
 import (
 	"context"
@@ -16,20 +16,21 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/cluster/consul"
 	"github.com/echopubsub/echopubsub/test"
 )
 
 const service = "scores"
 
-func fastConsul(addr string) cluster.ConsulConfig { return test.FastConsulConfig(addr) }
+func fastConsul(addr string) consul.Config { return test.FastConsulConfig(addr) }
 
 func TestConsulConfigDefaultsAndValidation(t *testing.T) {
-	c, err := cluster.NewConsul(cluster.ConsulConfig{Address: "127.0.0.1:8500"})
+	c, err := consul.New(consul.Config{Address: "127.0.0.1:8500"})
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	got := c.Config()
-	want := cluster.ConsulConfig{Address: "127.0.0.1:8500", Scheme: "http", TTL: 10 * time.Second,
+	want := consul.Config{Address: "127.0.0.1:8500", Scheme: "http", TTL: 10 * time.Second,
 		RefreshInterval: 10 * time.Second / 3, DeregisterCriticalServiceAfter: time.Minute, WaitTime: time.Minute,
 		RequestTimeout: 5 * time.Second, RetryMin: 500 * time.Millisecond, RetryMax: 30 * time.Second,
 		RecoveryGrace: 40 * time.Second, Token: got.Token, Datacenter: got.Datacenter}
@@ -37,31 +38,31 @@ func TestConsulConfigDefaultsAndValidation(t *testing.T) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", got, want)
 	}
 	// Derived defaults follow the values actually set.
-	if c, _ := cluster.NewConsul(cluster.ConsulConfig{Address: "h:1", TTL: 3 * time.Second, RetryMax: time.Second}); c.Config().RefreshInterval != time.Second || c.Config().RecoveryGrace != 4*time.Second {
+	if c, _ := consul.New(consul.Config{Address: "h:1", TTL: 3 * time.Second, RetryMax: time.Second}); c.Config().RefreshInterval != time.Second || c.Config().RecoveryGrace != 4*time.Second {
 		t.Fatalf("derived defaults: %+v", c.Config())
 	}
 
 	for _, tc := range []struct {
-		cfg  cluster.ConsulConfig
+		cfg  consul.Config
 		want string
 	}{
-		{cluster.ConsulConfig{Address: "nohost"}, `Address must be host:port, got "nohost"`},
-		{cluster.ConsulConfig{Address: "h:1", Scheme: "ftp"}, `Scheme must be http or https, got "ftp"`},
-		{cluster.ConsulConfig{Address: "h:1", TTL: 500 * time.Millisecond}, "TTL must be >= 1s, got 500ms"},
-		{cluster.ConsulConfig{Address: "h:1", TTL: 2 * time.Second, RefreshInterval: 2 * time.Second}, "RefreshInterval (2s) must be shorter than TTL (2s)"},
-		{cluster.ConsulConfig{Address: "h:1", RequestTimeout: -time.Second}, "RequestTimeout must be > 0, got -1s"},
-		{cluster.ConsulConfig{Address: "h:1", WaitTime: 11 * time.Minute}, "WaitTime must be <= 10m, got 11m0s"},
-		{cluster.ConsulConfig{Address: "h:1", RetryMin: 2 * time.Second, RetryMax: time.Second}, "RetryMin (2s) must be <= RetryMax (1s)"},
+		{consul.Config{Address: "nohost"}, `Address must be host:port, got "nohost"`},
+		{consul.Config{Address: "h:1", Scheme: "ftp"}, `Scheme must be http or https, got "ftp"`},
+		{consul.Config{Address: "h:1", TTL: 500 * time.Millisecond}, "TTL must be >= 1s, got 500ms"},
+		{consul.Config{Address: "h:1", TTL: 2 * time.Second, RefreshInterval: 2 * time.Second}, "RefreshInterval (2s) must be shorter than TTL (2s)"},
+		{consul.Config{Address: "h:1", RequestTimeout: -time.Second}, "RequestTimeout must be > 0, got -1s"},
+		{consul.Config{Address: "h:1", WaitTime: 11 * time.Minute}, "WaitTime must be <= 10m, got 11m0s"},
+		{consul.Config{Address: "h:1", RetryMin: 2 * time.Second, RetryMax: time.Second}, "RetryMin (2s) must be <= RetryMax (1s)"},
 	} {
-		_, err := cluster.NewConsul(tc.cfg)
+		_, err := consul.New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewConsul(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
 		}
 	}
 
 	// A bad advertised address fails Start (and starts nothing).
 	system := actor.NewActorSystem()
-	c, _ = cluster.NewConsul(cluster.ConsulConfig{Address: "127.0.0.1:1"})
+	c, _ = consul.New(consul.Config{Address: "127.0.0.1:1"})
 	err = c.Start(cluster.Env{System: system, Self: cluster.Member{Address: "nonhost"}, Service: service, Owner: system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))})
 	if err == nil || !strings.Contains(err.Error(), `"nonhost"`) {
 		t.Fatalf("Start with a bad address = %v, want an error naming it", err)
@@ -88,7 +89,7 @@ func TestConsulMembersJoinUpdateLeave(t *testing.T) {
 		t.Helper()
 		err := client.Agent().ServiceRegister(&api.AgentServiceRegistration{
 			ID: service + "@" + b, Name: service, Address: "127.0.0.1", Port: 7002,
-			Meta:  map[string]string{cluster.MetaNode: b, cluster.MetaIncarnation: inc},
+			Meta:  map[string]string{consul.MetaNode: b, consul.MetaIncarnation: inc},
 			Check: &api.AgentServiceCheck{CheckID: service + "@" + b + ":ttl", TTL: "1s", Status: api.HealthPassing},
 		})
 		if err != nil {
@@ -271,11 +272,11 @@ func apiClient(t *testing.T, addr string) *api.Client {
 
 // startMember starts a Consul membership for node addr, whose events go to
 // a recorder; it is stopped when the test ends.
-func startMember(t *testing.T, system *actor.ActorSystem, cfg cluster.ConsulConfig, addr string, inc uint64) (*cluster.Consul, *recorder, *lines) {
+func startMember(t *testing.T, system *actor.ActorSystem, cfg consul.Config, addr string, inc uint64) (*consul.Membership, *recorder, *lines) {
 	t.Helper()
-	c, err := cluster.NewConsul(cfg)
+	c, err := consul.New(cfg)
 	if err != nil {
-		t.Fatalf("NewConsul: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	rec := &recorder{}
 	rec.pid = system.Root.Spawn(actor.PropsFromFunc(rec.receive))
@@ -292,7 +293,7 @@ func startMember(t *testing.T, system *actor.ActorSystem, cfg cluster.ConsulConf
 	return c, rec, log
 }
 
-func stop(t *testing.T, c *cluster.Consul) {
+func stop(t *testing.T, c *consul.Membership) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

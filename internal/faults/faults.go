@@ -1,13 +1,18 @@
-package actors
+// Package faults is the test-only seam for fault injection between
+// producers and workers. It is internal: only this module's tests, test
+// kit and chaos harness can install a Hook (through Option); the public API
+// has no way to.
+package faults
 
 import "google.golang.org/protobuf/proto"
 
-// FaultHook lets tests inject faults on the send and receive path between
-// producers and workers. Production code leaves it nil. Each method runs on
+// Hook lets tests inject faults on the send and receive path between
+// producers and workers. Production code leaves it nil; the per-message
+// delivery loop of a worker without a hook has no hook check at all. Each method runs on
 // the calling actor's goroutine and must be safe for concurrent use across
 // actors. A hook may panic to crash the actor it runs in (the supervision
 // tree restarts it), which is how tests crash a worker mid-batch.
-type FaultHook interface {
+type Hook interface {
 	// Send runs before a producer sends req to node. An error fails the
 	// call as a lost request would (retried after RetryInterval).
 	Send(node string, req proto.Message) error
@@ -20,3 +25,8 @@ type FaultHook interface {
 	// Acked runs after a worker answered req.
 	Acked(from string, req proto.Message)
 }
+
+// Option returns the root package's start option that installs h. The root
+// package sets it at init (this package cannot import the root package);
+// callers assert the result to echopubsub.Option.
+var Option func(h Hook) any

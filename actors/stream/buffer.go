@@ -1,6 +1,7 @@
-package actors
+package stream
 
 import (
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/ringbuf"
 )
 
@@ -57,7 +58,7 @@ func newStore(capacity int) (*store, error) {
 
 // write buffers e, written at time at (see ringbuf.WriteAt), and returns its
 // cursor. The payload is copied: e may be dropped afterwards.
-func (s *store) write(e *Entry, at int64) (uint64, error) {
+func (s *store) write(e *core.Write, at int64) (uint64, error) {
 	c := s.ring.WriteCursor()
 	if uint64(s.ring.Cap()) <= c { // the write overwrites the oldest message
 		s.evict(c - uint64(s.ring.Cap()))

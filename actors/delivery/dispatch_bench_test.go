@@ -1,4 +1,4 @@
-package actors
+package delivery
 
 import (
 	"fmt"
@@ -24,8 +24,8 @@ func newBenchNode(b *testing.B) *benchNode {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
-	d := newDispatcher(system, system.Address(), zerolog.Nop())
-	reg := system.Root.Spawn(actor.PropsFromProducer(newRegistry(d, 1<<30)))
+	d := NewDispatcher(system, system.Address(), zerolog.Nop())
+	reg := system.Root.Spawn(actor.PropsFromProducer(NewRegistry(d, 1<<30)))
 	b.Cleanup(system.Shutdown)
 	return &benchNode{system: system, d: d, registry: reg}
 }

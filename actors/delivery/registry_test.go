@@ -1,4 +1,4 @@
-package actors_test
+package delivery_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/actors"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -20,7 +20,7 @@ import (
 func TestForgedTerminatedDoesNotDropALiveSubscription(t *testing.T) {
 	nd := oneNode(t, nil)
 	live := nd.Subscribe(t, "feed")
-	registry := actor.NewPID(nd.System.Address(), actors.RootName("bp")+"/registry")
+	registry := actor.NewPID(nd.System.Address(), core.RootName("bp")+"/registry")
 	forged := &actor.Terminated{Who: live.PID}
 	nd.System.Root.Send(registry, forged) // as a user message
 	proc, ok := nd.System.ProcessRegistry.GetLocal(registry.Id)

@@ -1,4 +1,4 @@
-package actors
+package stream
 
 import (
 	"encoding/binary"
@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/echopubsub/echopubsub/actors/delivery"
+	"github.com/echopubsub/echopubsub/internal/core"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -101,7 +104,7 @@ var fuzzSystem = sync.OnceValues(func() (*actor.ActorSystem, *actor.PID) {
 type fuzzWorker struct {
 	w     actor.Actor
 	m     *model
-	cfg   Config
+	cfg   core.Config
 	group uint32
 }
 
@@ -109,10 +112,13 @@ func newFuzzWorker() *fuzzWorker {
 	system, sink := fuzzSystem()
 	m := &model{last: map[string]uint64{}, lastInc: map[string]uint64{}, delivered: map[string]bool{}, expiredAt: map[string]int{}}
 	log := zerolog.New(m)
-	d := newDispatcher(system, "worker-node", log)
-	sub := &subscriber{key: "sink", pid: sink, unbounded: true}
-	d.add("t", &subscription{sub: sub, bound: 1 << 30})
-	cfg := DefaultConfig("fz")
+	d := delivery.NewDispatcher(system, system.Address(), log)
+	delivery.NewRegistry(d, 1<<30)() // the registry the Apply below makes its change in
+	if _, err := d.Apply(actor.NewPID(system.Address(), "registry"), &delivery.Subscribe{PID: sink, Topic: "t",
+		Opts: delivery.SubOptions{Unbounded: true}}); err != nil {
+		panic(err)
+	}
+	cfg := testConfig("fz")
 	return &fuzzWorker{w: newWorker(cfg, 1, "worker-node", 7, time.Now(), d, m, noopMetrics(cfg), log)(), m: m, cfg: cfg, group: 1}
 }
 
@@ -262,8 +268,17 @@ func FuzzWorkerWire(f *testing.F) {
 	})
 }
 
-func noopMetrics(cfg Config) *Metrics {
-	m, err := NewMetrics(nil, cfg.Name, cfg.PoolSize)
+// testConfig is echopubsub.DefaultConfig's engine part (this package's
+// tests cannot import the root package, which imports it).
+func testConfig(name string) core.Config {
+	return core.Config{Name: name, PoolSize: 1, BufferSize: 10_000, BatchInterval: 200 * time.Millisecond,
+		CallTimeout: 5 * time.Second, RetryInterval: 200 * time.Millisecond, CapacityWarningThreshold: 0.4,
+		CapacityWarningInterval: time.Minute, MaxBatchMessages: 10_000, MaxBatchesInFlight: 4, MaxBatchBytes: 1 << 20,
+		MaxPendingWrites: 10_000, MaxQueueLen: 10_000, ForgetAfter: 5 * time.Minute}
+}
+
+func noopMetrics(cfg core.Config) *core.Metrics {
+	m, err := core.NewMetrics(nil, cfg.Name, cfg.PoolSize)
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package actors
+package stream
 
 import (
 	"context"
@@ -11,7 +11,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/echopubsub/echopubsub/actors/delivery"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/ringbuf"
@@ -35,17 +38,7 @@ type Write struct {
 	Msg   proto.Message
 }
 
-// CapacityWarning is published on the actor system's event stream when the
-// slowest node's lag reaches Config.CapacityWarningThreshold of BufferSize.
-type CapacityWarning struct {
-	Pubsub   string
-	Group    uint32
-	Node     string
-	Lag      uint64
-	Capacity int
-}
-
-// StatsQuery asks a producer for its *GroupStats.
+// StatsQuery asks a producer for its *messages.GroupStats.
 type StatsQuery struct{}
 
 // Drain asks a producer to finish (graceful Stop): flush at once, and retire
@@ -62,34 +55,9 @@ type Drained struct {
 	// not waited for, with what they had not acknowledged.
 	Retired int
 	Away    map[string]uint64
-}
-
-// GroupStats is one producer's view of the cluster.
-type GroupStats struct {
-	Group       uint32
-	Incarnation uint64
-	WriteCursor uint64
-	Capacity    int
-	Nodes       []NodeStats
-}
-
-// NodeStats is one node as a producer sees it. The own node is always
-// caught up (its subscribers get each message at write time).
-type NodeStats struct {
-	Node string
-	// Next is the next cursor the node needs; Lag is how many messages the
-	// producer holds for it (from ringbuf's decision).
-	Next       uint64
-	Lag        uint64
-	Expired    bool // its lag exceeds the buffer: it will be told CursorExpired
-	Registered bool
-	InFlight   bool
-	Absent     bool // left the membership; cursor kept until ForgetAfter
-	Failures   int  // consecutive failed calls
-	// LastAck is when the node last answered a call (zero: never);
-	// Expirations counts the CursorExpired it was told by this producer.
-	LastAck     time.Time
-	Expirations int
+	// Incarnation and WriteCursor: where this producer incarnation ended
+	// (its last write is WriteCursor - 1).
+	Incarnation, WriteCursor uint64
 }
 
 type (
@@ -124,7 +92,7 @@ type peer struct {
 	retrying bool
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
-	gauge    *peerGauge
+	gauge    *core.PeerGauge
 	lastAck  time.Time
 	expired  int
 	failures int
@@ -147,14 +115,14 @@ const (
 )
 
 type producer struct {
-	cfg     Config
+	cfg     core.Config
 	group   uint32
 	node    string
 	root    *actor.PID
-	d       *Dispatcher
+	d       *delivery.Dispatcher
 	credits chan struct{}
-	hook    FaultHook
-	m       *Metrics
+	hook    faults.Hook
+	m       *core.Metrics
 	gm      metric.MeasurementOption // this group's attributes
 	log     zerolog.Logger
 
@@ -168,6 +136,9 @@ type producer struct {
 	timer       bool
 	dead        bool
 	restarted   bool
+	// dur, when set, knows this node's previous incarnation of the group
+	// (told to joining workers: see Register.predecessor_incarnation).
+	dur core.Durable
 	lastWarn    time.Time
 	drainTo     *actor.PID // who asked Drain; nil when not draining
 	// metered is the write cursor the metrics have counted up to; delivered
@@ -176,26 +147,23 @@ type producer struct {
 	delivered int64
 }
 
-func newProducer(cfg Config, group uint32, node string, root *actor.PID, d *Dispatcher, credits chan struct{}, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
+// NewProducer makes the producer of pool group group: it buffers the
+// group's writes, hands each to this node's subscribers through d at write
+// time, and streams them to every other member's worker. root answers its
+// MembersQuery.
+func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Dispatcher) actor.Producer {
 	starts := 0 // incarnations of this producer; only the current one runs
 	return func() actor.Actor {
 		starts++
-		return &producer{cfg: cfg, group: group, node: node, root: root, d: d, credits: credits, hook: hook, m: m, gm: m.group(group),
-			log: log.With().Uint32("group", group).Logger(), restarted: starts > 1}
+		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, credits: rt.Credits[group], hook: rt.Hook,
+			m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1,
+			dur: rt.Durable}
 	}
 }
 
-// WorkerName is the actor name of a pubsub's worker for group, on every node.
-func WorkerName(pubsub string, group uint32) string {
-	return fmt.Sprintf("%s/g%d/worker", RootName(pubsub), group)
-}
-
-// RootName is the actor name of a pubsub's root supervisor.
-func RootName(pubsub string) string { return "echopubsub/" + pubsub }
-
 func (p *producer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *Write:
+	case *core.Write:
 		p.write(ctx, m)
 	case *flushTick:
 		p.timer = false
@@ -207,7 +175,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		}
 	case *cluster.Event:
 		p.member(ctx, m)
-	case *MemberSnapshot:
+	case *core.MemberSnapshot:
 		for _, mem := range m.Members {
 			p.member(ctx, &cluster.Event{Kind: cluster.Joined, Member: mem})
 		}
@@ -236,7 +204,7 @@ func (p *producer) Receive(ctx actor.Context) {
 			// them: tell them, as every remote worker will tell theirs.
 			p.d.Expired(&messages.CursorExpired{Node: p.node, Group: p.group, Reason: "producer restarted"})
 		}
-		ctx.Request(p.root, &MembersQuery{})
+		ctx.Request(p.root, &core.MembersQuery{})
 	case *actor.Restarting, *actor.Stopping:
 		p.dead = true
 		p.stopTimers()
@@ -274,12 +242,12 @@ func (p *producer) stopTimers() {
 	}
 }
 
-func (p *producer) write(ctx actor.Context, w *Write) {
+func (p *producer) write(ctx actor.Context, w *core.Write) {
 	select { // release the sender's credit first: nothing below may keep it
 	case <-p.credits:
 	default:
 	}
-	e := &w.Entry
+	e := w
 	c, err := p.buf.write(e, monotonic())
 	if err != nil {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
@@ -287,7 +255,7 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 	}
 	if e.OnlyNode == "" || e.OnlyNode == p.node {
 		p.delivered++
-		p.d.Deliver(&Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
+		p.d.Deliver(&delivery.Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
 			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
 	}
 	p.armFlush(ctx)
@@ -295,8 +263,8 @@ func (p *producer) write(ctx actor.Context, w *Write) {
 
 func (p *producer) flushAll(ctx actor.Context) {
 	if w := p.ring.WriteCursor(); w > p.metered { // metrics cost per flush, not per message
-		p.m.published.Add(context.Background(), int64(w-p.metered), p.gm)
-		p.m.delivered.Add(context.Background(), p.delivered, p.gm)
+		p.m.Published.Add(context.Background(), int64(w-p.metered), p.gm)
+		p.m.Delivered.Add(context.Background(), p.delivered, p.gm)
 		p.metered, p.delivered = w, 0
 	}
 	for _, pe := range p.peers {
@@ -315,7 +283,7 @@ func (p *producer) capacity(ctx actor.Context, pe *peer, lag uint64) {
 	p.lastWarn = time.Now()
 	p.log.Warn().Str("node", pe.m.Name).Uint64("lag", lag).Int("buffer_size", p.cfg.BufferSize).
 		Msg("buffer capacity warning: a node is far behind")
-	ctx.ActorSystem().EventStream.Publish(&CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
+	ctx.ActorSystem().EventStream.Publish(&messages.CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
 		Node: pe.m.Name, Lag: lag, Capacity: p.cfg.BufferSize})
 }
 
@@ -339,8 +307,8 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		return
 	}
 	p.capacity(ctx, pe, d.Lag)
-	pe.gauge.lag.Store(int64(d.Lag))
-	pe.gauge.fill.Store(int64(d.Lag * 100 / uint64(p.cfg.BufferSize)))
+	pe.gauge.Lag.Store(int64(d.Lag))
+	pe.gauge.Fill.Store(int64(d.Lag * 100 / uint64(p.cfg.BufferSize)))
 	switch d.Kind {
 	case ringbuf.CaughtUp:
 		if p.drainTo != nil && !pe.retired && pe.flight == 0 {
@@ -388,15 +356,15 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	pe.flight++
 	pe.next = plant.Advance(pe.next, target)
 	sent := time.Now()
-	p.m.batchesSent.Add(context.Background(), 1, pe.gauge.attrs)
+	p.m.BatchesSent.Add(context.Background(), 1, pe.gauge.Attrs)
 	p.request(ctx, pe, req, func(res interface{}, err error) {
 		pe.flight--
 		ack, ok := res.(*messages.BatchAck)
 		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OK {
 			rtt := time.Since(sent)
-			p.m.batchesAcked.Add(context.Background(), 1, pe.gauge.attrs)
-			p.m.roundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.attrs)
-			ctx.ActorSystem().EventStream.Publish(&Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
+			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
+			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
+			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
 			p.acked(pe, ack.NextCursor)
 			p.answered(pe)
 			if pe.held || p.drainTo != nil || (pe.flight == 0 && pe.next < p.ring.WriteCursor() && p.cfg.BatchInterval == 0) {
@@ -563,6 +531,9 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	}
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From}
+	if p.dur != nil && !p.restarted { // a restarted actor's predecessor is this process's crashed one
+		req.PredecessorIncarnation, req.PredecessorFinal = p.dur.Predecessor(p.group)
+	}
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
 		p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
@@ -623,7 +594,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
 		return
 	}
-	res := &Drained{Group: p.group, Away: map[string]uint64{}}
+	res := &Drained{Group: p.group, Away: map[string]uint64{}, Incarnation: p.inc, WriteCursor: p.ring.WriteCursor()}
 	for _, pe := range p.peers {
 		switch {
 		case pe.retired:
@@ -704,7 +675,7 @@ func (p *producer) answered(pe *peer) {
 		p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 	}
 	pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
-	pe.gauge.failures.Store(0)
+	pe.gauge.Failures.Store(0)
 }
 
 // failed leaves pe's cursor where it is and retries after RetryInterval. It
@@ -716,19 +687,19 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	}
 	pe.retrying = true
 	pe.retryCancel = p.sched.SendOnce(p.cfg.RetryInterval, ctx.Self(), &retryPeer{node: pe.m.Name})
-	p.m.retries.Add(context.Background(), 1, pe.gauge.attrs)
-	pe.gauge.failures.Store(int64(pe.failures))
+	p.m.Retries.Add(context.Background(), 1, pe.gauge.Attrs)
+	pe.gauge.Failures.Store(int64(pe.failures))
 	es := ctx.ActorSystem().EventStream
-	es.Publish(&SyncFailed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Err: err.Error(), Failures: pe.failures})
-	es.Publish(&RetryScheduled{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, After: p.cfg.RetryInterval})
+	es.Publish(&messages.SyncFailed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Err: err.Error(), Failures: pe.failures})
+	es.Publish(&messages.RetryScheduled{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, After: p.cfg.RetryInterval})
 	p.checkDrain(ctx) // a node that fails calls is not waited for
 }
 
 // expired counts and announces a CursorExpired told to pe (missed 0: not known).
 func (p *producer) expired(ctx actor.Context, pe *peer, missed uint64) {
 	pe.expired++
-	p.m.expiredSent.Add(context.Background(), 1, pe.gauge.attrs)
-	ctx.ActorSystem().EventStream.Publish(&Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed})
+	p.m.ExpiredSent.Add(context.Background(), 1, pe.gauge.Attrs)
+	ctx.ActorSystem().EventStream.Publish(&messages.Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed})
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
@@ -743,7 +714,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	switch ev.Kind {
 	case cluster.Joined, cluster.Updated:
 		if pe == nil {
-			pe = &peer{m: m, worker: actor.NewPID(m.Address, WorkerName(p.cfg.Name, p.group)), gauge: p.m.peer(p.group, m.Name)}
+			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name)}
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
@@ -782,19 +753,19 @@ func (p *producer) forget(node string) {
 		return
 	}
 	delete(p.peers, node)
-	p.m.forget(p.group, node)
+	p.m.Forget(p.group, node)
 	p.log.Info().Str("node", node).Msg("forgot node after ForgetAfter: if it returns, its worker's cursor decides what it gets")
 }
 
-func (p *producer) stats() *GroupStats {
-	gs := &GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize}
+func (p *producer) stats() *messages.GroupStats {
+	gs := &messages.GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize}
 	if p.ring == nil {
 		return gs
 	}
 	gs.WriteCursor = p.ring.WriteCursor()
-	gs.Nodes = append(gs.Nodes, NodeStats{Node: p.node, Next: gs.WriteCursor, Registered: true})
+	gs.Nodes = append(gs.Nodes, messages.NodeStats{Node: p.node, Next: gs.WriteCursor, Registered: true})
 	for _, pe := range p.peers {
-		ns := NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight || pe.flight > 0,
+		ns := messages.NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight || pe.flight > 0,
 			Absent: pe.absent, Failures: pe.failures, LastAck: pe.lastAck, Expirations: pe.expired}
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired

@@ -1,4 +1,4 @@
-package actors_test
+package stream_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package actors
+package delivery
 
 import (
 	"errors"
@@ -76,12 +76,12 @@ type registry struct {
 	forged int                    // guarded by mu: Terminated messages ignored because their PID is alive
 }
 
-// newRegistry's state outlives a crash of the registry actor, and of the
+// NewRegistry's state outlives a crash of the registry actor, and of the
 // tree above it: it lives with the Dispatcher, and a restarted incarnation
 // takes over the same maps, as an OTP table whose heir is the supervisor
 // would. Losing subscriptions on a restart would silently cut subscribers
 // off (the watches stay too: they name the registry's fixed PID).
-func newRegistry(d *Dispatcher, defaultMax int) actor.Producer {
+func NewRegistry(d *Dispatcher, defaultMax int) actor.Producer {
 	r := d.reg.Load()
 	if r == nil {
 		r = &registry{d: d, defaultMax: defaultMax, subs: map[string]*subscriber{}}
@@ -156,7 +156,7 @@ func (r *registry) subscribe(self *actor.PID, m *Subscribe) error {
 		if m.PID.Address != self.Address {
 			return fmt.Errorf("%w: %s (this node is %s)", ErrNotLocal, m.PID, self.Address)
 		}
-		key = pidKey(m.PID)
+		key = Key(m.PID)
 	case m.Name != "":
 		key = m.Name
 	default:
@@ -190,7 +190,7 @@ func (r *registry) subscribe(self *actor.PID, m *Subscribe) error {
 func (r *registry) unsubscribe(self *actor.PID, m *Unsubscribe) error {
 	key := m.Name
 	if m.PID != nil {
-		key = pidKey(m.PID)
+		key = Key(m.PID)
 	}
 	if key == "" {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
@@ -227,7 +227,7 @@ func (r *registry) terminated(m *actor.Terminated) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sub := r.subs[pidKey(m.Who)]
+	sub := r.subs[Key(m.Who)]
 	if sub == nil || sub.named {
 		return
 	}

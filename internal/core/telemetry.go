@@ -1,65 +1,25 @@
-package actors
+package core
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// Telemetry events, published on the actor system's event stream like
-// EchoPubSub's :telemetry events (subscribe with
-// system.EventStream.Subscribe). Each names the pubsub, the producer's pool
-// group and the peer node concerned. CapacityWarning is the fifth.
-type (
-	// Flushed: a node acknowledged a batch.
-	Flushed struct {
-		Pubsub    string
-		Group     uint32
-		Node      string
-		Messages  int
-		RoundTrip time.Duration
-	}
-	// Expired: a node was told CursorExpired by this producer (it fell
-	// behind the buffer, or messages it was owed at its join were gone).
-	// Missed is 0 when the count is not known.
-	Expired struct {
-		Pubsub string
-		Group  uint32
-		Node   string
-		Missed uint64
-	}
-	// SyncFailed: a call to a node failed (unreachable, timed out, refused).
-	SyncFailed struct {
-		Pubsub   string
-		Group    uint32
-		Node     string
-		Err      string
-		Failures int // consecutive
-	}
-	// RetryScheduled: the producer will try the node again after After.
-	RetryScheduled struct {
-		Pubsub string
-		Group  uint32
-		Node   string
-		After  time.Duration
-	}
-)
-
 // Metrics are the pubsub's OpenTelemetry instruments. Attributes have
 // bounded cardinality: pubsub, group, and the peer node; never a topic or a
 // subscriber. See docs/operations.md for what each means.
 type Metrics struct {
-	published, delivered            metric.Int64Counter
-	batchesSent, batchesAcked       metric.Int64Counter
-	retries                         metric.Int64Counter
-	expiredSent, expiredReceived    metric.Int64Counter
-	roundTrip                       metric.Float64Histogram
-	gauges                          sync.Map // gaugeKey -> *peerGauge
+	Published, Delivered            metric.Int64Counter
+	BatchesSent, BatchesAcked       metric.Int64Counter
+	Retries                         metric.Int64Counter
+	ExpiredSent, ExpiredReceived    metric.Int64Counter
+	RoundTrip                       metric.Float64Histogram
+	gauges                          sync.Map // gaugeKey -> *PeerGauge
 	registration                    metric.Registration
 	groupAttrs                      []metric.MeasurementOption
 	pubsubAttr                      attribute.KeyValue
@@ -71,11 +31,11 @@ type gaugeKey struct {
 	node  string
 }
 
-// peerGauge is what the producer last saw of one peer, read by the gauges'
+// PeerGauge is what the producer last saw of one peer, read by the gauges'
 // callback (atomics: the producer writes, the exporter reads).
-type peerGauge struct {
-	lag, fill, failures atomic.Int64
-	attrs               metric.MeasurementOption
+type PeerGauge struct {
+	Lag, Fill, Failures atomic.Int64
+	Attrs               metric.MeasurementOption
 }
 
 // NewMetrics creates the instruments on mp (nil: a no-op provider).
@@ -93,14 +53,14 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		}
 		return c
 	}
-	m.published = counter("echopubsub.messages.published", "Messages written to a producer's buffer.")
-	m.delivered = counter("echopubsub.messages.delivered", "Messages handed to this node's subscribers (own writes and received batches).")
-	m.batchesSent = counter("echopubsub.batches.sent", "Batches sent to a peer node (retries included).")
-	m.batchesAcked = counter("echopubsub.batches.acked", "Batches a peer node acknowledged.")
-	m.retries = counter("echopubsub.retries", "Failed calls to a peer node, each retried after RetryInterval.")
-	m.expiredSent = counter("echopubsub.cursor_expired.sent", "CursorExpired told to a peer node by this node's producers.")
-	m.expiredReceived = counter("echopubsub.cursor_expired.received", "CursorExpired notices this node's workers gave their subscribers.")
-	if m.roundTrip, err = meter.Float64Histogram("echopubsub.batch.round_trip", metric.WithUnit("s"),
+	m.Published = counter("echopubsub.messages.published", "Messages written to a producer's buffer.")
+	m.Delivered = counter("echopubsub.messages.delivered", "Messages handed to this node's subscribers (own writes and received batches).")
+	m.BatchesSent = counter("echopubsub.batches.sent", "Batches sent to a peer node (retries included).")
+	m.BatchesAcked = counter("echopubsub.batches.acked", "Batches a peer node acknowledged.")
+	m.Retries = counter("echopubsub.retries", "Failed calls to a peer node, each retried after RetryInterval.")
+	m.ExpiredSent = counter("echopubsub.cursor_expired.sent", "CursorExpired told to a peer node by this node's producers.")
+	m.ExpiredReceived = counter("echopubsub.cursor_expired.received", "CursorExpired notices this node's workers gave their subscribers.")
+	if m.RoundTrip, err = meter.Float64Histogram("echopubsub.batch.round_trip", metric.WithUnit("s"),
 		metric.WithDescription("Time from sending a batch to its acknowledgement.")); err != nil {
 		return nil, err
 	}
@@ -124,10 +84,10 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	}
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		m.gauges.Range(func(_, v any) bool {
-			pg := v.(*peerGauge)
-			o.ObserveInt64(m.lagGauge, pg.lag.Load(), pg.attrs)
-			o.ObserveInt64(m.fillGauge, pg.fill.Load(), pg.attrs)
-			o.ObserveInt64(m.failsGauge, pg.failures.Load(), pg.attrs)
+			pg := v.(*PeerGauge)
+			o.ObserveInt64(m.lagGauge, pg.Lag.Load(), pg.Attrs)
+			o.ObserveInt64(m.fillGauge, pg.Fill.Load(), pg.Attrs)
+			o.ObserveInt64(m.failsGauge, pg.Failures.Load(), pg.Attrs)
 			return true
 		})
 		return nil
@@ -146,21 +106,21 @@ func (m *Metrics) Close() {
 }
 
 // peer returns the gauges and attributes of one (group, peer node).
-func (m *Metrics) peer(group uint32, node string) *peerGauge {
+func (m *Metrics) Peer(group uint32, node string) *PeerGauge {
 	k := gaugeKey{group, node}
 	if v, ok := m.gauges.Load(k); ok {
-		return v.(*peerGauge)
+		return v.(*PeerGauge)
 	}
-	pg := &peerGauge{attrs: metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr,
+	pg := &PeerGauge{Attrs: metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr,
 		attribute.Int("group", int(group)), attribute.String("peer", node)))}
 	v, _ := m.gauges.LoadOrStore(k, pg)
-	return v.(*peerGauge)
+	return v.(*PeerGauge)
 }
 
 // forget drops a peer's gauges (the producer forgot the node).
-func (m *Metrics) forget(group uint32, node string) { m.gauges.Delete(gaugeKey{group, node}) }
+func (m *Metrics) Forget(group uint32, node string) { m.gauges.Delete(gaugeKey{group, node}) }
 
-func (m *Metrics) group(g uint32) metric.MeasurementOption {
+func (m *Metrics) Group(g uint32) metric.MeasurementOption {
 	if int(g) < len(m.groupAttrs) {
 		return m.groupAttrs[g]
 	}

@@ -1,4 +1,4 @@
-package actors_test
+package delivery_test
 
 import (
 	"fmt"

@@ -1,10 +1,12 @@
-package actors
+package stream
 
 import (
 	"bytes"
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/echopubsub/echopubsub/internal/core"
 
 	"pgregory.net/rapid"
 )
@@ -20,10 +22,10 @@ func TestStoreAgainstModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var all []Entry
+		var all []core.Write
 		writes := rapid.IntRange(0, 300).Draw(t, "writes")
 		for i := 0; i < writes; i++ {
-			e := Entry{
+			e := core.Write{
 				Topic:       fmt.Sprintf("t%d", rapid.IntRange(0, 5).Draw(t, "topic")),
 				PayloadType: fmt.Sprintf("ty%d", rapid.IntRange(0, 2).Draw(t, "type")),
 				Payload:     bytes.Repeat([]byte{byte(i)}, rapid.IntRange(0, 3).Draw(t, "size")*rapid.IntRange(0, 40_000).Draw(t, "unit")),
@@ -92,14 +94,14 @@ func BenchmarkStoreHeap(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				e := Entry{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
+				e := core.Write{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
 				if _, err := s.write(&e, int64(i)); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.StopTimer()
 			for i := b.N; i < n; i++ { // fill the buffer whatever b.N was
-				e := Entry{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
+				e := core.Write{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
 				_, _ = s.write(&e, int64(i))
 			}
 			runtime.GC()

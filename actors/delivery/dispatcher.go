@@ -1,4 +1,4 @@
-package actors
+package delivery
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -71,7 +72,7 @@ type topicSubs struct {
 
 // subscriber is one PID, or one registered name resolved at send time.
 type subscriber struct {
-	key string // pidKey(pid) or the name
+	key string // Key(pid) or the name
 	// pid is the subscriber's PID; for a name, the PID the name resolves
 	// to, made on the first send that finds it running (guarded by mu).
 	pid       *actor.PID
@@ -119,7 +120,7 @@ type noticeSubscriber struct {
 	dropped  uint64 // notices dropped since dropping began; guarded by mu
 }
 
-func newDispatcher(system *actor.ActorSystem, node string, log zerolog.Logger) *Dispatcher {
+func NewDispatcher(system *actor.ActorSystem, node string, log zerolog.Logger) *Dispatcher {
 	return &Dispatcher{system: system, node: node, log: log}
 }
 
@@ -221,8 +222,9 @@ func (d *Dispatcher) Deliver(it *Item) {
 		return
 	}
 	subs := *t.list.Load()
-	if it.Message == nil {
-		it.Message = decode(it)
+	msg := it.Message
+	if msg == nil {
+		msg = decode(it)
 	}
 	var meta *messages.Delivery
 	for _, s := range subs {
@@ -232,16 +234,23 @@ func (d *Dispatcher) Deliver(it *Item) {
 		if (it.Exclude != "" && s.sub.key == it.Exclude) || plant.DropLocal(it.Node == d.node) {
 			continue
 		}
-		var m interface{} = it.Message
+		var m interface{} = msg
 		if s.withMeta {
 			if meta == nil {
 				meta = &messages.Delivery{Node: it.Node, Group: it.Group, Incarnation: it.Incarnation,
-					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, Message: it.Message}
+					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, Message: msg}
 			}
 			m = meta
 		}
 		d.send(s, it.Topic, m)
 	}
+}
+
+// DeliverLocal hands w to this node's subscribers only (LocalBroadcast):
+// not buffered, no cursor.
+func (d *Dispatcher) DeliverLocal(w *core.Write) {
+	d.Deliver(&Item{Topic: w.Topic, Message: w.Msg, PayloadType: w.PayloadType, Payload: w.Payload,
+		Exclude: w.Exclude, Node: d.node, Local: true})
 }
 
 // resolveNamed returns the PID and counting mailbox a named subscriber
@@ -375,9 +384,9 @@ func (d *Dispatcher) copyNotice(about *actor.PID, n proto.Message) {
 		if !ns.dropping {
 			ns.dropping = true
 			d.system.Root.Send(ns.pid, &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING,
-				Severity: messages.Severity_SEVERITY_WARNING, Subscriber: pidKey(ns.pid), Bound: uint32(ns.bound),
+				Severity: messages.Severity_SEVERITY_WARNING, Subscriber: Key(ns.pid), Bound: uint32(ns.bound),
 				QueueLen: uint64(q), Node: d.node})
-			d.log.Warn().Str("subscriber", pidKey(ns.pid)).Int("bound", ns.bound).Int("queue_len", q).
+			d.log.Warn().Str("subscriber", Key(ns.pid)).Int("bound", ns.bound).Int("queue_len", q).
 				Msg("notice subscriber back-pressure: dropping notice copies")
 		}
 		return
@@ -385,9 +394,9 @@ func (d *Dispatcher) copyNotice(about *actor.PID, n proto.Message) {
 	if ns.dropping {
 		ns.dropping = false
 		d.system.Root.Send(ns.pid, &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED,
-			Severity: messages.Severity_SEVERITY_INFO, Subscriber: pidKey(ns.pid), Bound: uint32(ns.bound),
+			Severity: messages.Severity_SEVERITY_INFO, Subscriber: Key(ns.pid), Bound: uint32(ns.bound),
 			QueueLen: uint64(q), Node: d.node})
-		d.log.Info().Str("subscriber", pidKey(ns.pid)).Uint64("dropped", ns.dropped).
+		d.log.Info().Str("subscriber", Key(ns.pid)).Uint64("dropped", ns.dropped).
 			Msg("notice subscriber resumed")
 		ns.dropped = 0
 	}

@@ -1,4 +1,4 @@
-package actors
+package stream
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/echopubsub/echopubsub/actors/delivery"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -53,19 +56,34 @@ type workerTable struct {
 }
 
 type worker struct {
-	cfg     Config
+	cfg     core.Config
 	group   uint32
 	node    string
 	inc     uint64    // this node's incarnation
 	started time.Time // when this node's pubsub started (monotonic)
 	table   *workerTable
-	d       *Dispatcher
-	hook    FaultHook
-	m       *Metrics
+	d       *delivery.Dispatcher
+	hook    faults.Hook
+	m       *core.Metrics
 	log     zerolog.Logger
+	// dur, when set, is told what the worker receives and loses, so that
+	// a node-local durable store holds it (see core.Durable).
+	dur core.Durable
 }
 
-func newWorker(cfg Config, group uint32, node string, inc uint64, started time.Time, d *Dispatcher, hook FaultHook, m *Metrics, log zerolog.Logger) actor.Producer {
+// NewWorker makes the worker of pool group group: it receives the batches
+// of every other member's producer of that group and hands them to this
+// node's subscribers through d, in order, before acknowledging them.
+func NewWorker(rt *core.Runtime, group uint32, d *delivery.Dispatcher) actor.Producer {
+	p := newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, d, rt.Hook, rt.Metrics, rt.Log)
+	return func() actor.Actor {
+		w := p().(*worker)
+		w.dur = rt.Durable
+		return w
+	}
+}
+
+func newWorker(cfg core.Config, group uint32, node string, inc uint64, started time.Time, d *delivery.Dispatcher, hook faults.Hook, m *core.Metrics, log zerolog.Logger) actor.Producer {
 	table := &workerTable{producers: map[string]*known{}, forgot: map[string]tombstone{}}
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
@@ -160,13 +178,29 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 			old, hadOld = t, true
 		}
 		if k == nil || hadOld {
+			var ce *messages.CursorExpired
 			switch {
 			case m.MissedWrites:
-				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"})
+				ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "messages written after this node started were overwritten before it was reached"}
 			case hadOld && !old.retired:
 				// Whatever the old incarnation wrote and did not deliver is
 				// gone, unless it retired: then nothing was left untold.
-				w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"})
+				ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"}
+			}
+			if w.dur != nil { // recorded first: a store that fails changes nothing (the producer joins again)
+				pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
+				var err error
+				if ce != nil {
+					err = w.dur.Lost(pos, 0, ce.Reason)
+				} else {
+					err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
+				}
+				if err != nil {
+					return w.refuse("join", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+				}
+			}
+			if ce != nil {
+				w.expired(ce)
 			}
 			if k == nil {
 				k = &known{}
@@ -234,37 +268,97 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		// say where to resume. Never a hole in the delivered stream.
 		return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
 	}
-	delivered := int64(0)
-	it := Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation}
-	types := make([]protoreflect.MessageType, len(m.PayloadTypes)) // resolved once per batch, when needed
-	entries := m.Entries()
-	for c := m.FirstCursor; ; c++ {
-		topic, ti, payload, exclude, only, ok := entries.Next()
+	if w.dur != nil {
+		if err := w.store(m, k); err != nil {
+			return w.reject("batch", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+		}
+	}
+	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor,
+		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
+		types: make([]protoreflect.MessageType, len(m.PayloadTypes))}
+	if w.hook == nil {
+		d.run(-1) // the production path: no hook to consult per entry
+	} else {
+		for d.run(1) {
+			w.hook.Delivered(m.ProducerNode, d.next-1)
+		}
+	}
+	delivered := d.delivered
+	w.m.Delivered.Add(context.Background(), delivered, w.m.Group(w.group))
+	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+}
+
+// store hands the batch's new durable entries (not direct ones) to the
+// durable store, with the producer's position after the batch, before any
+// is delivered: an acknowledged batch is stored.
+func (w *worker) store(m *messages.Batch, k *known) error {
+	var rows []core.Row
+	it := m.Entries()
+	c := m.FirstCursor
+	for {
+		topic, ti, payload, _, only, ok := it.Next()
 		if !ok {
 			break
 		}
-		if c < k.expected {
+		cur := c
+		c++
+		if cur < k.expected || only != "" || !w.dur.IsDurable(topic) {
+			continue
+		}
+		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadTypes[ti], Payload: payload})
+	}
+	if c <= k.expected {
+		return nil // nothing new: a redelivery
+	}
+	return w.dur.Received(core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: c}, rows)
+}
+
+// batchDelivery hands a batch's entries to this node's subscribers in
+// cursor order, skipping those delivered before (a redelivery after a lost
+// ack) and moving the producer's expected cursor past each.
+type batchDelivery struct {
+	w         *worker
+	m         *messages.Batch
+	k         *known
+	entries   messages.Cursor
+	next      uint64 // cursor of the next entry
+	it        delivery.Item
+	types     []protoreflect.MessageType // resolved once per batch, when needed
+	delivered int64
+}
+
+// run handles up to n new entries (n < 0: all) and reports whether it
+// handled one.
+func (d *batchDelivery) run(n int) bool {
+	handled := false
+	for n != 0 {
+		topic, ti, payload, exclude, only, ok := d.entries.Next()
+		if !ok {
+			return handled
+		}
+		c := d.next
+		d.next++
+		if c < d.k.expected {
 			continue // already delivered: a redelivery after a lost ack
 		}
-		plant.AckFirst(&k.expected, c, w.hook, m.ProducerNode)
+		w := d.w
+		plant.AckFirst(&d.k.expected, c, w.hook, d.m.ProducerNode)
 		if (only == "" || only == w.node) && !plant.SkipEntry() {
-			if types[ti] == nil {
-				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(m.PayloadTypes[ti])); err == nil {
-					types[ti] = mt
+			if d.types[ti] == nil {
+				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(d.m.PayloadTypes[ti])); err == nil {
+					d.types[ti] = mt
 				}
 			}
-			it.Topic, it.Message, it.PayloadType, it.Payload, it.Type = topic, nil, m.PayloadTypes[ti], payload, types[ti]
-			it.Exclude, it.Cursor = exclude, c
-			w.d.Deliver(&it)
-			delivered++
+			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadTypes[ti], payload, d.types[ti]
+			d.it.Exclude, d.it.Cursor = exclude, c
+			w.d.Deliver(&d.it)
+			d.delivered++
 		}
-		k.expected = c + 1
-		if w.hook != nil {
-			w.hook.Delivered(m.ProducerNode, c)
-		}
+		d.k.expected = c + 1
+		handled = true
+		n--
 	}
-	w.m.delivered.Add(context.Background(), delivered, w.m.group(w.group))
-	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	return handled
 }
 
 func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
@@ -276,6 +370,12 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
 	if m.NextCursor > k.expected { // a retried Expire whose ack was lost is not told twice
+		if w.dur != nil {
+			pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
+			if err := w.dur.Lost(pos, m.Missed, "fell behind the buffer"); err != nil {
+				return w.reject("expire", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+			}
+		}
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
@@ -291,6 +391,19 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 	if k == nil {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
+	if w.dur != nil {
+		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: max(m.FinalCursor, k.expected)}
+		var err error
+		if m.FinalCursor > k.expected {
+			err = w.dur.Lost(pos, m.FinalCursor-k.expected, "producer stopped before this node got everything")
+		}
+		if err == nil {
+			err = w.dur.Retired(pos)
+		}
+		if err != nil {
+			return w.reject("retire", m.ProducerNode, fmt.Errorf("durable store: %w", err))
+		}
+	}
 	if m.FinalCursor > k.expected {
 		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
 			Reason: "producer stopped before this node got everything"})
@@ -302,7 +415,7 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 
 // expired tells this node's subscribers, and counts it.
 func (w *worker) expired(ce *messages.CursorExpired) {
-	w.m.expiredReceived.Add(context.Background(), 1, w.m.group(w.group))
+	w.m.ExpiredReceived.Add(context.Background(), 1, w.m.Group(w.group))
 	w.d.Expired(ce)
 }
 

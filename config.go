@@ -1,8 +1,10 @@
-package actors
+package echopubsub
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/core"
 )
 
 // Config is the configuration of one pubsub instance. Build it with
@@ -32,7 +34,7 @@ type Config struct {
 	// Defaults to 200ms.
 	RetryInterval time.Duration
 	// CapacityWarningThreshold: a warning is logged (and a
-	// *CapacityWarning published on the actor system's event stream) when
+	// *messages.CapacityWarning published on the actor system's event stream) when
 	// the slowest node's lag reaches this fraction of BufferSize. In (0, 1].
 	// Defaults to 0.4.
 	CapacityWarningThreshold float64
@@ -68,8 +70,18 @@ type Config struct {
 	// (either side's cursor is enough); when both sides forgot, where the
 	// node was is unknown and it is told CursorExpired. Defaults to 5m.
 	ForgetAfter time.Duration
-	// SessionConfig: acknowledged sessions (see session_config.go).
+	// SessionConfig: acknowledged sessions (OpenSession); its fields read
+	// as Config's own.
 	SessionConfig
+}
+
+// engine is the part of c the engine (producers, workers, delivery) reads.
+func (c Config) engine() core.Config {
+	return core.Config{Name: c.Name, PoolSize: c.PoolSize, BufferSize: c.BufferSize, BatchInterval: c.BatchInterval,
+		CallTimeout: c.CallTimeout, RetryInterval: c.RetryInterval, CapacityWarningThreshold: c.CapacityWarningThreshold,
+		CapacityWarningInterval: c.CapacityWarningInterval, MaxBatchMessages: c.MaxBatchMessages,
+		MaxBatchesInFlight: c.MaxBatchesInFlight, MaxBatchBytes: c.MaxBatchBytes, MaxPendingWrites: c.MaxPendingWrites,
+		MaxQueueLen: c.MaxQueueLen, ForgetAfter: c.ForgetAfter}
 }
 
 // MaxBatchBytesLimit is the largest MaxBatchBytes: half of the 64 MiB gRPC

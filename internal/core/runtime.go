@@ -1,10 +1,10 @@
-package actors
+package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,9 +14,23 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/cluster"
-	"github.com/echopubsub/echopubsub/messages"
-	"github.com/echopubsub/echopubsub/supervision"
+	"github.com/echopubsub/echopubsub/internal/faults"
 )
+
+// Write asks a producer to buffer one broadcast (the producer's ring keeps
+// all but Msg).
+type Write struct {
+	Topic       string
+	PayloadType string
+	Payload     []byte
+	// Exclude is the key (address/id) of a subscriber that must not get it.
+	Exclude string
+	// OnlyNode, when set, is the one node whose subscribers get it.
+	OnlyNode string
+	// Msg, when set, is the original message, handed as is to this node's
+	// subscribers (it is not buffered).
+	Msg proto.Message
+}
 
 // MembersQuery asks the root for a *MemberSnapshot (producers ask on start).
 type MembersQuery struct{}
@@ -24,9 +38,11 @@ type MembersQuery struct{}
 // MemberSnapshot is the current member list.
 type MemberSnapshot struct{ Members []cluster.Member }
 
-// Runtime is everything the actors of one pubsub share. It is built once by
-// Start and read-only afterwards, except the Dispatcher's snapshot (see
-// Dispatcher).
+// Runtime is everything the actors of one pubsub share: its configuration,
+// identity, the credits that bound queued writes, metrics and the done
+// channel. It is built once by Start; its exported fields are set by
+// NewRuntime (Metrics by Start, before the tree is spawned) and only read
+// afterwards.
 type Runtime struct {
 	Cfg         Config
 	System      *actor.ActorSystem
@@ -34,15 +50,17 @@ type Runtime struct {
 	Incarnation uint64
 	// Started is when Start began (monotonic): the node is owed every
 	// message written after it.
-	Started    time.Time
-	Dispatcher *Dispatcher
+	Started time.Time
 	// Credits bound each producer's queued writes (Config.MaxPendingWrites):
 	// a Broadcast takes one before sending a Write, the producer returns it
 	// when it handles the Write.
 	Credits []chan struct{}
-	Hook    FaultHook
+	Hook    faults.Hook
 	Metrics *Metrics
 	Log     zerolog.Logger
+	// Durable is the durable-stream side (nil: none), set by Start before
+	// the tree is spawned.
+	Durable Durable
 
 	producers []*actor.PID
 	done      chan struct{}
@@ -56,11 +74,10 @@ type Runtime struct {
 }
 
 // NewRuntime builds the shared parts of a pubsub on system.
-func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHook, log zerolog.Logger) *Runtime {
+func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook faults.Hook, log zerolog.Logger) *Runtime {
 	started := time.Now()
 	rt := &Runtime{Cfg: cfg, System: system, Node: node, Incarnation: uint64(started.UnixNano()), Started: started, Hook: hook,
 		Log: log.With().Str("pubsub", cfg.Name).Str("node", node).Logger()}
-	rt.Dispatcher = newDispatcher(system, node, rt.Log)
 	rt.Metrics, _ = NewMetrics(nil, cfg.Name, cfg.PoolSize) // no-op instruments cannot fail; Start may replace them
 	rt.done = make(chan struct{})
 	rt.members.Store(&map[string]struct{}{node: {}})
@@ -71,15 +88,6 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook FaultHo
 	return rt
 }
 
-// RootProps is the pubsub's root supervisor (see package supervision for
-// the tree).
-func (rt *Runtime) RootProps() *actor.Props {
-	members := map[string]cluster.Member{} // survives a restart of the root, as the membership does not resend
-	return actor.PropsFromProducer(func() actor.Actor {
-		return &root{rt: rt, members: members}
-	}, actor.WithSupervisor(supervision.OneForOne()), supervision.IgnorePoisonPill())
-}
-
 // IsMember reports whether addr is the address of a current member of this
 // pubsub (this node included). Safe for concurrent use.
 func (rt *Runtime) IsMember(addr string) bool {
@@ -87,13 +95,15 @@ func (rt *Runtime) IsMember(addr string) bool {
 	return ok
 }
 
-func (r *root) publishMembers() {
-	set := make(map[string]struct{}, len(r.members)+1)
-	set[r.rt.Node] = struct{}{}
-	for _, m := range r.members {
-		set[m.Address] = struct{}{}
+// SetMembers publishes the addresses of the current members (the root
+// calls it on every membership event); this node is always one.
+func (rt *Runtime) SetMembers(addrs []string) {
+	set := make(map[string]struct{}, len(addrs)+1)
+	set[rt.Node] = struct{}{}
+	for _, a := range addrs {
+		set[a] = struct{}{}
 	}
-	r.rt.members.Store(&set)
+	rt.members.Store(&set)
 }
 
 // RootPID, RegistryPID and ProducerPID are the fixed local PIDs of the tree.
@@ -126,105 +136,6 @@ func (rt *Runtime) Group(from *actor.PID) uint32 {
 	return h.Sum32() % uint32(rt.Cfg.PoolSize)
 }
 
-type root struct {
-	rt       *Runtime
-	members  map[string]cluster.Member
-	stopping bool
-}
-
-func (r *root) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *actor.Started:
-		rt := r.rt
-		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(newRegistry(rt.Dispatcher, rt.Cfg.MaxQueueLen), supervision.IgnorePoisonPill()), "registry"); err != nil {
-			rt.Log.Error().Err(err).Msg("spawn registry")
-		}
-		for g := 0; g < rt.Cfg.PoolSize; g++ {
-			group := uint32(g)
-			props := supervision.Props(
-				supervision.Child{Name: "producer", Props: actor.PropsFromProducer(
-					newProducer(rt.Cfg, group, rt.Node, ctx.Self(), rt.Dispatcher, rt.Credits[g], rt.Hook, rt.Metrics, rt.Log), supervision.IgnorePoisonPill())},
-				supervision.Child{Name: "worker", Props: actor.PropsFromProducer(
-					newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, rt.Dispatcher, rt.Hook, rt.Metrics, rt.Log), supervision.IgnorePoisonPill())},
-			)
-			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
-				rt.Log.Error().Err(err).Msg("spawn pool group")
-			}
-		}
-	case *actor.Stopping, *actor.Restarting:
-		r.stopping = true
-	case *actor.Stopped:
-		// Stop closed done first; anything else that stops the root (its
-		// parent giving up on restarts, a local Stop) leaves a pubsub that
-		// can no longer deliver: say so from now on.
-		if r.rt.Fail(fmt.Errorf("%w: the pubsub's root actor %s stopped", ErrStopped, ctx.Self().Id)) {
-			r.rt.Log.Error().Msg("pubsub root stopped without Stop: this pubsub no longer delivers")
-		}
-	case *actor.Terminated:
-		if !r.stopping && strings.HasPrefix(m.Who.Id, ctx.Self().Id+"/") {
-			r.rt.Log.Error().Str("child", m.Who.Id).Msg("pubsub child stopped for good (restart intensity exceeded): this pubsub no longer delivers")
-			r.rt.Fail(fmt.Errorf("%w: %s stopped for good (restart intensity exceeded)", ErrStopped, m.Who.Id))
-		}
-	case *cluster.Event:
-		switch m.Kind {
-		case cluster.Joined, cluster.Updated:
-			r.members[m.Member.Name] = m.Member
-		case cluster.Left:
-			delete(r.members, m.Member.Name)
-		}
-		r.publishMembers()
-		for _, p := range r.rt.producers {
-			ctx.Send(p, m)
-		}
-	case *MembersQuery:
-		snap := &MemberSnapshot{}
-		for _, mem := range r.members {
-			snap.Members = append(snap.Members, mem)
-		}
-		ctx.Respond(snap)
-	case *messages.Broadcast:
-		err := r.broadcast(ctx, m)
-		if ctx.Sender() != nil {
-			res := &messages.BroadcastResult{}
-			if err != nil {
-				res.Error = err.Error()
-			}
-			ctx.Respond(res)
-		} else if err != nil {
-			r.rt.Log.Error().Err(err).Str("topic", m.Topic).Msg("broadcast from actor failed")
-		}
-	}
-}
-
-// broadcast routes a Broadcast message sent by an actor exactly as
-// ps.Broadcast would with the sender's PID. The payload bytes in the Any are
-// buffered as they are: nothing is re-encoded.
-func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
-	if m.Message == nil {
-		return fmt.Errorf("echopubsub: broadcast message is nil")
-	}
-	typeName := string(m.Message.MessageName())
-	if typeName == "" || !strings.Contains(m.Message.TypeUrl, "/") {
-		return fmt.Errorf("echopubsub: broadcast message has an invalid type URL %q", m.Message.TypeUrl)
-	}
-	if m.Topic == "" {
-		return fmt.Errorf("echopubsub: topic must not be empty")
-	}
-	from := ctx.Sender()
-	e := Entry{Topic: m.Topic, PayloadType: typeName, Payload: m.Message.Value, OnlyNode: m.OnlyNode}
-	if m.ExcludeSender && from != nil {
-		e.Exclude = pidKey(from)
-	}
-	if err := r.rt.CheckSize(len(e.Topic), len(e.Payload)); err != nil {
-		return err
-	}
-	if m.Local {
-		r.rt.LocalDeliver(e, nil)
-		return nil
-	}
-	return r.rt.Enqueue(from, e, nil)
-}
-
 // CheckSize rejects a message that could never be sent: one entry must fit
 // in one batch (Config.MaxBatchBytes), or it would be retried forever.
 func (rt *Runtime) CheckSize(topic, payload int) error {
@@ -244,10 +155,11 @@ var (
 	ErrTooLarge = errors.New("echopubsub: message too large")
 )
 
-// Enqueue sends one write to the sender's producer, waiting up to
-// CallTimeout for room when that producer has MaxPendingWrites queued. msg,
-// when not nil, is handed as is to this node's subscribers.
-func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
+// Enqueue sends one write to the sender's producer, waiting for room when
+// that producer has MaxPendingWrites queued: until ctx ends, or up to
+// CallTimeout when ctx is nil. w.Msg, when not nil, is handed as is to this
+// node's subscribers.
+func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error {
 	g := rt.Group(from)
 	select {
 	case <-rt.done:
@@ -257,12 +169,21 @@ func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 	select {
 	case rt.Credits[g] <- struct{}{}:
 	default:
-		t := time.NewTimer(rt.Cfg.CallTimeout)
-		defer t.Stop()
+		var timeout <-chan time.Time
+		var cancelled <-chan struct{}
+		if ctx != nil {
+			cancelled = ctx.Done()
+		} else {
+			t := time.NewTimer(rt.Cfg.CallTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case rt.Credits[g] <- struct{}{}:
-		case <-t.C:
+		case <-timeout:
 			return ErrBusy
+		case <-cancelled:
+			return fmt.Errorf("%w: %w", ErrBusy, ctx.Err())
 		case <-rt.done:
 			return rt.err
 		}
@@ -277,15 +198,17 @@ func (rt *Runtime) Enqueue(from *actor.PID, e Entry, msg proto.Message) error {
 		return rt.err
 	default:
 	}
-	rt.System.Root.Send(rt.producers[g], &Write{Entry: e, Msg: msg})
+	if rt.Durable != nil {
+		// Appended while holding the credit and sendMu: once it is stored
+		// it is queued (a Close waits for it), and an append that fails
+		// queues nothing.
+		if err := rt.Durable.Publish(ctx, w); err != nil {
+			<-rt.Credits[g]
+			return err
+		}
+	}
+	rt.System.Root.Send(rt.producers[g], w)
 	return nil
-}
-
-// LocalDeliver hands e to this node's subscribers only (LocalBroadcast):
-// not buffered, no cursor.
-func (rt *Runtime) LocalDeliver(e Entry, msg proto.Message) {
-	rt.Dispatcher.Deliver(&Item{Topic: e.Topic, Message: msg, PayloadType: e.PayloadType, Payload: e.Payload,
-		Exclude: e.Exclude, Node: rt.Node, Local: true})
 }
 
 // Done is closed once the pubsub can no longer deliver: by Close, or by
@@ -320,3 +243,11 @@ func (rt *Runtime) Fail(err error) bool {
 	})
 	return did
 }
+
+// WorkerName is the actor name of a pubsub's worker for group, on every node.
+func WorkerName(pubsub string, group uint32) string {
+	return fmt.Sprintf("%s/g%d/worker", RootName(pubsub), group)
+}
+
+// RootName is the actor name of a pubsub's root supervisor.
+func RootName(pubsub string) string { return "echopubsub/" + pubsub }

@@ -1,4 +1,4 @@
-package actors
+package delivery
 
 import (
 	"sync"
@@ -41,7 +41,7 @@ func SubscriberMailbox() actor.MailboxProducer {
 
 func (m *countingMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	if s, ok := invoker.(interface{ Self() *actor.PID }); ok && s.Self() != nil {
-		m.key = pidKey(s.Self())
+		m.key = Key(s.Self())
 		mailboxes.Store(m.key, m)
 	}
 	m.Mailbox.RegisterHandlers(invoker, dispatcher)
@@ -57,11 +57,12 @@ func (m *countingMailbox) PostSystemMessage(message interface{}) {
 // lookupMailbox returns pid's counting mailbox, or nil when pid has none (or
 // is not running).
 func lookupMailbox(pid *actor.PID) *countingMailbox {
-	mb, ok := mailboxes.Load(pidKey(pid))
+	mb, ok := mailboxes.Load(Key(pid))
 	if !ok {
 		return nil
 	}
 	return mb.(*countingMailbox)
 }
 
-func pidKey(pid *actor.PID) string { return pid.Address + "/" + pid.Id }
+// Key is the key of a subscriber PID (address/id), as Item.Exclude holds it.
+func Key(pid *actor.PID) string { return pid.Address + "/" + pid.Id }

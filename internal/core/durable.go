@@ -1,0 +1,52 @@
+package core
+
+import "context"
+
+// Durable is the durable-stream side of a pubsub (the root package's
+// store.go implements it; Runtime.Durable is nil without a store). Enqueue
+// calls Publish for every write of this node; a worker calls the others
+// for what it receives, so that a node-local store holds every durable
+// message the node got and marks what it did not get (gap rows). For a
+// shared store only Publish does anything.
+type Durable interface {
+	// IsDurable reports whether topic is a durable stream.
+	IsDurable(topic string) bool
+	// Publish appends w when it is durable. An error fails the write: it
+	// is not queued.
+	Publish(ctx context.Context, w *Write) error
+	// Received appends rows (the batch's new durable entries, in cursor
+	// order; may be empty) and records p (the producer's next cursor after
+	// the batch), before the batch is delivered and acknowledged. An error
+	// refuses the batch (the producer sends it again).
+	Received(p ProducerPos, rows []Row) error
+	// Lost records that messages of p's producer were lost for this node
+	// (the worker told CursorExpired), and p, the cursor it goes on from.
+	Lost(p ProducerPos, missed uint64, reason string) error
+	// Joined records that p's producer incarnation joined at p.Next. told:
+	// the worker already told (or had no need to tell, knowing the
+	// previous incarnation) about what came before; otherwise the store
+	// compares with what it recorded of this producer before this node
+	// started; predInc and predFinal are the producer's previous
+	// incarnation and where it ended (Register.predecessor_*; 0: unknown).
+	Joined(p ProducerPos, told bool, predInc, predFinal uint64) error
+	// Retired records that p's producer incarnation ended gracefully at
+	// p.Next with nothing left untold.
+	Retired(p ProducerPos) error
+	// Predecessor is this node's previous incarnation of group's producer
+	// and the write cursor it ended at gracefully (0, 0: unknown).
+	Predecessor(group uint32) (incarnation, final uint64)
+}
+
+// ProducerPos is one producer incarnation's position in a worker.
+type ProducerPos struct {
+	Node        string
+	Group       uint32
+	Incarnation uint64
+	Next        uint64
+}
+
+// Row is one received durable entry.
+type Row struct {
+	Topic, PayloadType string
+	Payload            []byte
+}

@@ -1,0 +1,84 @@
+package messages
+
+import "time"
+
+// Local reports: telemetry events published on the actor system's event
+// stream, and the per-producer statistics of PubSub.Stats. They never
+// cross the wire.
+
+// Telemetry events, published on the actor system's event stream like
+// EchoPubSub's :telemetry events (subscribe with
+// system.EventStream.Subscribe). Each names the pubsub, the producer's pool
+// group and the peer node concerned. CapacityWarning is the fifth.
+type (
+	// Flushed: a node acknowledged a batch.
+	Flushed struct {
+		Pubsub    string
+		Group     uint32
+		Node      string
+		Messages  int
+		RoundTrip time.Duration
+	}
+	// Expired: a node was told CursorExpired by this producer (it fell
+	// behind the buffer, or messages it was owed at its join were gone).
+	// Missed is 0 when the count is not known.
+	Expired struct {
+		Pubsub string
+		Group  uint32
+		Node   string
+		Missed uint64
+	}
+	// SyncFailed: a call to a node failed (unreachable, timed out, refused).
+	SyncFailed struct {
+		Pubsub   string
+		Group    uint32
+		Node     string
+		Err      string
+		Failures int // consecutive
+	}
+	// RetryScheduled: the producer will try the node again after After.
+	RetryScheduled struct {
+		Pubsub string
+		Group  uint32
+		Node   string
+		After  time.Duration
+	}
+)
+
+// CapacityWarning is published on the actor system's event stream when the
+// slowest node's lag reaches Config.CapacityWarningThreshold of BufferSize.
+type CapacityWarning struct {
+	Pubsub   string
+	Group    uint32
+	Node     string
+	Lag      uint64
+	Capacity int
+}
+
+// GroupStats is one producer's view of the cluster.
+type GroupStats struct {
+	Group       uint32
+	Incarnation uint64
+	WriteCursor uint64
+	Capacity    int
+	Nodes       []NodeStats
+}
+
+// NodeStats is one node as a producer sees it. The own node is always
+// caught up (its subscribers get each message at write time).
+type NodeStats struct {
+	Node string
+	// Next is the next cursor the node needs; Lag is how many messages the
+	// producer holds for it (from ringbuf's decision).
+	Next       uint64
+	Lag        uint64
+	Expired    bool // its lag exceeds the buffer: it will be told CursorExpired
+	Registered bool
+	InFlight   bool
+	Absent     bool // left the membership; cursor kept until ForgetAfter
+	Failures   int  // consecutive failed calls
+	// LastAck is when the node last answered a call (zero: never);
+	// Expirations counts the CursorExpired it was told by this producer.
+	LastAck     time.Time
+	Expirations int
+}
