@@ -170,7 +170,7 @@ func NewGateway(ps *PubSub, authenticate func(*http.Request) (identity string, e
 	if authenticate == nil {
 		return nil, fmt.Errorf("echopubsub: NewGateway authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
 	}
-	if err := cfg.validate(ps.rt.Cfg.HardQueue); err != nil {
+	if err := cfg.validate(ps.cfg.HardQueue); err != nil {
 		return nil, err
 	}
 	return &Gateway{ps: ps, cfg: cfg, auth: authenticate, sockets: map[*socket]struct{}{},
@@ -271,7 +271,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.log.Debug().Str("session", s.sid).Str("identity", identity).Msg("gateway: socket open")
 
 	s.send(outFrame{raw: mustJSON(helloFrame{Type: "hello", SessionID: s.sid, Identity: identity,
-		Node: g.ps.rt.Node, Instance: g.ps.rt.Cfg.Name})})
+		Node: g.ps.rt.Node, Instance: g.ps.cfg.Name})})
 	go s.writeLoop() // owned by this handler: it waits for writerDone below
 	s.readLoop(r.Context())
 	s.requestClose(websocket.StatusNormalClosure, "", false)

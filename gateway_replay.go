@@ -25,7 +25,7 @@ func (s *socket) replay(f *clientFrame) *frameError {
 	if f.From != nil {
 		from = *f.From
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.gw.ps.rt.Cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.gw.ps.cfg.CallTimeout)
 	defer cancel()
 	st, err := s.gw.ps.ReplaySession(ctx, s.sid, f.Stream, ReplayOptions{Limit: limit, From: from})
 	if err != nil {
