@@ -23,11 +23,9 @@ import (
 )
 
 // The chat demo (go run ./cmd/demo -chat): two EchoPubSub nodes in this
-// process, each with its own WebSocket gateway, keeping the durable room in
-// one store they share (an embedded bbolt file in a temp dir, standing in
-// for the cluster-wide PostgreSQL store, cluster/pgstore: with the embedded
-// store a node's file holds what that node published, so a client of node
-// 2 could not replay node 1's messages from it). The page /chat?node=1&user=ada is a chat client
+// process, each with its own WebSocket gateway and its own embedded store
+// (a bbolt file in a temp dir), where the node appends every message of the
+// durable room it receives, whoever published it. The page /chat?node=1&user=ada is a chat client
 // bound to node 1: it subscribes to the durable room, shows each message
 // and acks it after it is shown, and when it comes back from offline it
 // replays from the store what it missed, page by page, with the session's
@@ -42,8 +40,7 @@ const (
 // Chat is a running chat demo.
 type Chat struct {
 	log   zerolog.Logger
-	dir   string // the store's directory
-	store *echopubsub.BoltStore
+	dir   string // the nodes' stores
 	nodes []*chatNode
 	ln    net.Listener
 	web   *http.Server
@@ -95,11 +92,6 @@ func StartChat(cfg Config) (*Chat, error) {
 }
 
 func (c *Chat) startNodes() error {
-	store, err := echopubsub.NewBoltStore(filepath.Join(c.dir, "chat.db"))
-	if err != nil {
-		return err
-	}
-	c.store = store
 	var addrs []string
 	for i := 0; i < chatNodes; i++ {
 		system := actor.NewActorSystem(echopubsub.ActorSystemLogger(c.log.Level(zerolog.Disabled)))
@@ -128,7 +120,7 @@ func (c *Chat) startNodes() error {
 		}
 		ps, err := echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)),
 			echopubsub.WithLogger(c.log.With().Int("node", i+1).Logger()),
-			echopubsub.WithStore(c.store),
+			echopubsub.WithStorePath(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1))),
 			echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i+1, err)
@@ -182,7 +174,7 @@ func (c *Chat) URL() string { return "http://" + c.ln.Addr().String() + "/chat?n
 // Base is the page server's address.
 func (c *Chat) Base() string { return "http://" + c.ln.Addr().String() }
 
-// Stop closes the sockets, stops the nodes and removes the store.
+// Stop closes the sockets, stops the nodes and removes their stores.
 func (c *Chat) Stop(ctx context.Context) error {
 	var errs []error
 	for _, n := range c.nodes {
@@ -205,11 +197,6 @@ func (c *Chat) Stop(ctx context.Context) error {
 		}
 		n.remote.Shutdown(false)
 		n.system.Shutdown()
-	}
-	if c.store != nil {
-		if err := c.store.Close(); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if err := os.RemoveAll(c.dir); err != nil {
 		errs = append(errs, err)
