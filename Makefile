@@ -1,24 +1,42 @@
 # The README's two set-up commands are `go run ./cmd/demo` and `make test`.
 
 GO ?= go
+# Two modules: the library (.), and test/e2e, which holds the benchmark
+# harness and the demo's browser tests with their dependencies (NATS,
+# chromedp), so that `go get` of the library pulls none of them. `./...`
+# does not enter a nested module: every target that means "all of it"
+# runs both.
+E2E = test/e2e
 # Packages whose tests run one node per process: race-checked here. Tests
 # with several nodes in one process cannot be (protoactor's remote.Start
 # races on grpclog's global logger); the chaos soak race-checks multi-node
 # runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE).
 RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/...
 
-.PHONY: test deps soak-long soak-plant bench
+.PHONY: test vet deps soak-long soak-plant bench
 
 # test installs what the tests need (first run only) and runs every test,
-# the PostgreSQL store's module (cluster/pgstore, its own go.mod) included.
+# in every module (root, test/e2e, cluster/pgstore).
 test: deps
 	ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
 	ECHOPUBSUB_CHAOS_RACE=1 $(GO) test -count=1 -p 1 -timeout 30m ./... && \
-	cd cluster/pgstore && $(GO) test -count=1 -p 1 -timeout 10m ./...
+	cd $(E2E) && $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	cd $(CURDIR)/cluster/pgstore && $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 deps:
 	@.ci/deps >/dev/null
+
+# vet: gofmt, go vet and go mod tidy -diff over every module (what .ci/run
+# checks before the tests).
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	cd $(E2E) && $(GO) vet ./...
+	$(GO) mod tidy -diff
+	cd $(E2E) && $(GO) mod tidy -diff
+	cd cluster/pgstore && $(GO) vet ./... && $(GO) mod tidy -diff
 
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:
@@ -28,6 +46,6 @@ soak-long:
 soak-plant:
 	ECHOPUBSUB_PLANT_ALL=1 $(GO) test -count=1 -v -run TestSoakCatchesPlantedDefects ./test/chaos
 
-# The benchmark run behind docs/benchmarks.md.
+# The benchmark run behind docs/benchmarks.md (the harness is in test/e2e).
 bench:
-	$(GO) run ./test/bench -full -doc docs/benchmarks.md
+	cd $(E2E) && $(GO) run ./bench -full -doc ../../docs/benchmarks.md

@@ -2,13 +2,11 @@ package echopubsub_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/cluster/consul"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -30,11 +29,11 @@ import (
 // process, for the tests about processes (start-up order, kill -9). The
 // parent passes a childSpec in childEnv; the child starts its remote and its
 // pubsub, subscribes one recorder to "match" right after Start (as a user
-// would), prints "node ADDR", and then answers commands on stdin, one line
-// each, with one line on stdout:
+// would), writes its "ready" line with its address, and then answers
+// commands on stdin, in internal/proc's JSON lines:
 //
-//	publish P N  -> broadcasts Stamp{P, next..next+N-1} from P, then "ok"
-//	report       -> a childReport as JSON
+//	publish {pub, n} -> broadcasts Stamp{pub, next..next+n-1} from pub
+//	report           -> a childReport
 //
 // It serves until killed or until its stdin closes (the parent is gone).
 
@@ -107,29 +106,52 @@ func runChildNode(specJSON string) int {
 		log.Error().Err(err).Msg("child: subscribe")
 		return 2
 	}
-	fmt.Fprintf(os.Stdout, "node %s\n", system.Address())
+	out := json.NewEncoder(os.Stdout)
+	_ = out.Encode(childEvent{Ev: "ready", Addr: system.Address()})
 	next := map[string]uint64{}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		f := strings.Fields(in.Text())
-		switch {
-		case len(f) == 3 && f[0] == "publish":
-			n, _ := strconv.Atoi(f[2])
-			for i := 0; i < n; i++ {
-				next[f[1]]++
-				if err := ps.Broadcast(nil, "match", &testpb.Stamp{Publisher: f[1], Seq: next[f[1]]}); err != nil {
+		var c childCommand
+		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
+			_ = out.Encode(childEvent{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", in.Text(), err)})
+			continue
+		}
+		reply := childEvent{Ev: "reply", ID: c.ID}
+		switch c.Op {
+		case "publish":
+			for i := 0; i < c.N; i++ {
+				next[c.Pub]++
+				if err := ps.Broadcast(nil, "match", &testpb.Stamp{Publisher: c.Pub, Seq: next[c.Pub]}); err != nil {
 					log.Error().Err(err).Msg("child: broadcast")
 				}
 			}
-			fmt.Fprintln(os.Stdout, "ok")
-		case len(f) == 1 && f[0] == "report":
-			b, _ := json.Marshal(rec.report())
-			fmt.Fprintf(os.Stdout, "%s\n", b)
+		case "report":
+			r := rec.report()
+			reply.Report = &r
 		default:
-			fmt.Fprintf(os.Stdout, "unknown command %q\n", in.Text())
+			reply.Err = fmt.Sprintf("unknown op %q", c.Op)
 		}
+		_ = out.Encode(reply)
 	}
 	return 0
+}
+
+// childCommand and childEvent are the lines of the parent and the child.
+type childCommand struct {
+	ID  int64  `json:"id"`
+	Op  string `json:"op"`
+	Pub string `json:"pub,omitempty"`
+	N   int    `json:"n,omitempty"`
+}
+
+func (c *childCommand) SetID(id int64) { c.ID = id }
+
+type childEvent struct {
+	Ev     string       `json:"ev"`
+	ID     int64        `json:"id,omitempty"`
+	Err    string       `json:"err,omitempty"`
+	Addr   string       `json:"addr,omitempty"`
+	Report *childReport `json:"report,omitempty"`
 }
 
 type recorder struct {
@@ -167,13 +189,9 @@ func (r *recorder) report() childReport {
 }
 
 type childNode struct {
-	addr  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan struct{}
-	reap  sync.Once
-	log   string
+	addr string
+	p    *proc.Proc
+	log  string
 }
 
 // startChild runs a node in a child process (see init) and returns once its
@@ -181,91 +199,52 @@ type childNode struct {
 func startChild(t *testing.T, spec childSpec) *childNode {
 	t.Helper()
 	specJSON, _ := json.Marshal(spec)
-	c := &childNode{log: filepath.Join(t.TempDir(), "child.log"), done: make(chan struct{}), lines: make(chan string, 16)}
-	errFile, err := os.Create(c.log)
+	c := &childNode{log: filepath.Join(t.TempDir(), "child.log")}
+	p, err := proc.Start(context.Background(), proc.Spec{Name: "child node", Argv: []string{os.Args[0], "-test.run=^$"},
+		Env: []string{childEnv + "=" + string(specJSON)}, Log: c.log, ReadyTimeout: 15 * time.Second})
 	if err != nil {
-		t.Fatalf("child log: %v", err)
+		t.Fatalf("child node did not start: %v\n%s", err, c.output())
 	}
-	defer errFile.Close()
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), childEnv+"="+string(specJSON))
-	c.cmd.Stderr = errFile
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil { // closed when we exit: the child follows
-		t.Fatalf("child stdin: %v", err)
+	c.p = p
+	t.Cleanup(func() { c.kill(t) })
+	var ready childEvent
+	if err := p.Ready(&ready); err != nil {
+		t.Fatalf("child node's ready line: %v", err)
 	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatalf("child stdout: %v", err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start child node: %v", err)
-	}
-	t.Cleanup(func() { c.kill(t); c.stdin.Close() })
-	go func() { // ends when the child's stdout closes (it exited)
-		defer close(c.lines)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-	}()
-	s := c.read(t, 15*time.Second)
-	if !strings.HasPrefix(s, "node ") {
-		t.Fatalf("child node did not start (said %q):\n%s", s, c.output())
-	}
-	c.addr = strings.TrimPrefix(s, "node ")
+	c.addr = ready.Addr
 	return c
 }
 
-func (c *childNode) read(t *testing.T, timeout time.Duration) string {
+func (c *childNode) call(t *testing.T, cmd childCommand) childEvent {
 	t.Helper()
-	select {
-	case s, ok := <-c.lines:
-		if !ok {
-			t.Fatalf("child node %s exited:\n%s", c.addr, c.output())
-		}
-		return s
-	case <-time.After(timeout):
-		t.Fatalf("child node %s: no answer within %v:\n%s", c.addr, timeout, c.output())
+	var ev childEvent
+	if err := c.p.Call(&cmd, &ev, 30*time.Second); err != nil {
+		t.Fatalf("child node %s: %v\n%s", c.addr, err, c.output())
 	}
-	return ""
-}
-
-func (c *childNode) command(t *testing.T, cmd string) string {
-	t.Helper()
-	if _, err := fmt.Fprintln(c.stdin, cmd); err != nil {
-		t.Fatalf("child node %s: %v", c.addr, err)
-	}
-	return c.read(t, 30*time.Second)
+	return ev
 }
 
 // publish broadcasts n stamps from publisher pub through this node.
 func (c *childNode) publish(t *testing.T, pub string, n int) {
 	t.Helper()
-	if s := c.command(t, fmt.Sprintf("publish %s %d", pub, n)); s != "ok" {
-		t.Fatalf("child node %s: publish answered %q", c.addr, s)
-	}
+	c.call(t, childCommand{Op: "publish", Pub: pub, N: n})
 }
 
 func (c *childNode) report(t *testing.T) childReport {
 	t.Helper()
-	var r childReport
-	if err := json.Unmarshal([]byte(c.command(t, "report")), &r); err != nil {
-		t.Fatalf("child node %s: report: %v", c.addr, err)
+	ev := c.call(t, childCommand{Op: "report"})
+	if ev.Report == nil {
+		t.Fatalf("child node %s: report without a report", c.addr)
 	}
-	return r
+	return *ev.Report
 }
 
 // kill sends SIGKILL (no deregistration, no goodbye) and waits for the
 // exit. Idempotent.
 func (c *childNode) kill(t *testing.T) {
 	t.Helper()
-	_ = c.cmd.Process.Kill()
-	c.reap.Do(func() { go func() { _ = c.cmd.Wait(); close(c.done) }() }) // ends with the process
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		t.Errorf("child node %q did not exit within 10s of SIGKILL", c.addr)
+	if err := c.p.Kill(); err != nil {
+		t.Errorf("child node %q: %v", c.addr, err)
 	}
 }
 
@@ -292,19 +271,15 @@ func wantReceived(t *testing.T, c *childNode, want map[string][2]uint64) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	received := proc.Until(30*time.Second, 50*time.Millisecond, func() bool {
 		last = c.report(t)
 		if len(last.Expired) != 0 {
 			t.Fatalf("node %s: false alarm: CursorExpired %q (received %s)", c.addr, last.Expired, describe(last))
 		}
-		if ok(last) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s: want %v, got %s", c.addr, want, describe(last))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ok(last)
+	})
+	if !received {
+		t.Fatalf("node %s: want %v, got %s", c.addr, want, describe(last))
 	}
 }
 

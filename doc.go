@@ -121,6 +121,53 @@
 // Config.MaxQueueLen like any subscriber: past it, copies are dropped and it
 // gets its own BackPressure notice.
 //
+// # Durable streams
+//
+// A topic named with WithDurableTopics is a durable stream (the stream is
+// the topic): each Broadcast (or BroadcastFrom, BroadcastContext, or a
+// *messages.Broadcast sent to PID) of it is appended to a Store before the
+// call returns nil, and ReplaySession redelivers a bounded page of it to a
+// session, through WithAuthorizer and the session's pressure rules, from a
+// cursor. If the append fails the call returns its error and nothing is
+// broadcast. DirectBroadcast and LocalBroadcast are not durable. Every node
+// must name the same durable topics.
+//
+// Where rows are written, and what a cursor means:
+//
+//   - Shared store (package cluster/pgstore, PostgreSQL): the publishing
+//     node appends each row once. A stream's cursor is global to the
+//     cluster: cursor n is the same row on every node, so a session on any
+//     node replays from any cursor. Rows become visible in cursor order
+//     (an append holds the stream's counter row lock until it commits), so
+//     a replay never steps over a row that commits later.
+//   - Embedded store (NewBoltStore, WithStorePath: one bbolt file per
+//     node): each node appends what it receives: the publishing node in
+//     Broadcast, every other node in its worker, one transaction per
+//     batch, before it acknowledges the batch (an acknowledgement means
+//     stored). A cursor is per node: meaningful only on the node that
+//     handed it out (a session lives on one node, so its client replays
+//     from that node's cursors). A cursor past a stream's end is
+//     ErrCursorBeyondEnd, never an empty page that would skip.
+//
+// What a node-local store missed is marked, never skipped: a gap row,
+// which ReplaySession hands the session as a *StreamGap (and counts in
+// ReplayStats.Gaps) before the rows after it. The node writes one into
+// every stream it holds (like CursorExpired, which every subscriber gets:
+// the lost messages' topics are not known) when its worker tells
+// CursorExpired (fell behind the buffer, producer restarted, producer
+// stopped first, owed messages overwritten), and when a producer joins
+// after this node restarted and the store shows a hole: in the same
+// transaction as its rows, the node records how far it got in each
+// producer incarnation's stream; on the join it compares. Same
+// incarnation, joined beyond that point: the node was away while it wrote
+// (gap). A new incarnation: none if the previous one retired here at that
+// point, or if the producer's node says (Register.predecessor_*, recorded
+// in its own store at a graceful Stop) that it ended exactly there;
+// otherwise a gap; then a gap for what the new incarnation wrote before
+// this node started. So a graceful full-cluster restart marks nothing,
+// and a node that was away while others wrote gets one gap row per
+// producer. Limits are in docs/operations.md ("Durable streams").
+//
 // # Design answers
 //
 //   - Broadcast encodes the message once, in the caller, and returns when the

@@ -164,7 +164,7 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durability) (*PubSub, error) {
 	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
 	if dur.store != nil {
-		dur.node, dur.timeout, dur.log = addr, cfg.CallTimeout, rt.Log
+		dur.node, dur.timeout, dur.log = addr, max(cfg.CallTimeout, minStoreTimeout), rt.Log
 		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
 			return nil, err
 		}

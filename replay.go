@@ -103,7 +103,7 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ps.rt.Cfg.CallTimeout)
+		ctx, cancel = context.WithTimeout(ctx, ps.dur.timeout)
 		defer cancel()
 	}
 	rows, next, err := ps.dur.store.Read(ctx, stream, opts.From, opts.Limit)

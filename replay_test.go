@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -129,6 +132,7 @@ func TestReplayStopsAtFullReservationTable(t *testing.T) {
 	if st.Delivered != 4 || !st.Stopped || st.ResumeCursor != 5 || st.Dropped != 2 {
 		t.Fatalf("session b with 4 free reservations: %+v, want 4 delivered, stopped at 5", st)
 	}
+	waitEnvelopes(t, a, 6) // ackAll acks what the owner received
 	ackAll(t, nd, ida, a)
 	waitEnvelopes(t, b, 4)
 	st = replay(t, nd, idb, "room:1", echopubsub.ReplayOptions{Limit: 6, From: st.ResumeCursor})
@@ -312,12 +316,15 @@ func TestReplayAfterFullClusterRestartBolt(t *testing.T) {
 		nd.StopPubSub(t)
 	}
 	start()
+	// A gap row would be written when the other node's producer joins:
+	// wait for the joins, so that one would be in the replay below.
+	test.WaitJoined(t, nodes)
 	for i, nd := range nodes {
 		o := spawnOwner(t, nd, nil)
 		id := openSession(t, nd, o, nil)
 		st := replay(t, nd, id, "room:1", echopubsub.ReplayOptions{Limit: 25})
 		st2 := replay(t, nd, id, "room:1", echopubsub.ReplayOptions{Limit: 25, From: st.ResumeCursor})
-		if st.Delivered+st2.Delivered != 40 || st2.Stopped || st.Gaps+st2.Gaps != 0 || st2.ResumeCursor != 41 {
+		if st.Delivered+st2.Delivered != 40 || st2.Stopped || st.Gaps+st2.Gaps != 0 || st2.ResumeCursor != 41 || st2.NextCursor != 41 {
 			t.Fatalf("node %d after the restart: %+v then %+v; want 40 rows, no gap", i, st, st2)
 		}
 		waitEnvelopes(t, o, 40)
@@ -341,4 +348,39 @@ func addrsOf(nodes []*test.Node) []string {
 		out = append(out, nd.Addr)
 	}
 	return out
+}
+
+// TestDurableBroadcastPaths: every broadcast path of a durable topic is
+// appended (Broadcast, BroadcastFrom, BroadcastContext, a Broadcast sent to
+// PID), and DirectBroadcast and LocalBroadcast are not.
+func TestDurableBroadcastPaths(t *testing.T) {
+	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+		echopubsub.WithDurableTopics("room:1"))[0]
+	c := nd.Subscribe(t, "room:1")
+	ps := nd.PS
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("Broadcast", ps.Broadcast(nil, "room:1", stamp(1)))
+	must("BroadcastFrom", ps.BroadcastFrom(c.PID, "room:1", stamp(2))) // c is excluded live, not from the stream
+	must("BroadcastContext", ps.BroadcastContext(replayCtx(t), nil, "room:1", stamp(3)))
+	must("DirectBroadcast", ps.DirectBroadcast(nd.Addr, "room:1", stamp(100)))
+	must("LocalBroadcast", ps.LocalBroadcast("room:1", stamp(101)))
+	body, err := anypb.New(stamp(4))
+	must("anypb", err)
+	res, err := nd.System.Root.RequestFuture(ps.PID(), &messages.Broadcast{Topic: "room:1", Message: body}, 5*time.Second).Result()
+	must("PID Broadcast", err)
+	if e := res.(*messages.BroadcastResult).Error; e != "" {
+		t.Fatalf("PID Broadcast: %s", e)
+	}
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	st := replay(t, nd, id, "room:1", echopubsub.ReplayOptions{Limit: 10})
+	waitEnvelopes(t, o, st.Delivered)
+	if fmt.Sprint(o.seqs()) != "[1 2 3 4]" {
+		t.Fatalf("stream holds %v, want [1 2 3 4] (not the direct or local ones)", o.seqs())
+	}
 }

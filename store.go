@@ -150,14 +150,19 @@ func WithAuthorizer(fn func(sessionID, stream string) error) Option {
 }
 
 // durability is the durable side of one pubsub.
+// minStoreTimeout is the least a store call is given (Config.CallTimeout
+// when longer): an fsync on a busy disk can take a while, and a durable
+// broadcast that gives up too early fails for nothing.
+const minStoreTimeout = 5 * time.Second
+
 type durability struct {
 	node    string        // this node (set by Start)
-	timeout time.Duration // each store call (Config.CallTimeout)
+	timeout time.Duration // each store call: max(Config.CallTimeout, minStoreTimeout)
 	log     zerolog.Logger
 
 	store     Store
 	preds     map[uint32][2]uint64 // group -> previous incarnation, final cursor
-	owned     bool // opened by WithStorePath: closed by Stop
+	owned     bool                 // opened by WithStorePath: closed by Stop
 	exact     map[string]bool
 	prefixes  []string
 	authorize func(sessionID, stream string) error
@@ -300,7 +305,9 @@ func (d *durability) Received(p core.ProducerPos, rows []core.Row) error {
 		}
 		return d.appendRows(d.store.Append, p, rows)
 	}
-	return d.appendRows(func(ctx context.Context, recs []Record) error { return l.AppendAt(ctx, recs, producerPosition(p, false)) }, p, rows)
+	return d.appendRows(func(ctx context.Context, recs []Record) error {
+		return l.AppendAt(ctx, recs, producerPosition(p, false))
+	}, p, rows)
 }
 
 func (d *durability) appendRows(appendFn func(context.Context, []Record) error, p core.ProducerPos, rows []core.Row) error {

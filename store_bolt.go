@@ -378,4 +378,5 @@ func decodeRecord(b []byte) (Record, error) {
 	r.Payload = append([]byte(nil), fields[2]...) // bbolt's memory is valid only in its transaction
 	return r, nil
 }
+
 var _ LocalStore = (*BoltStore)(nil)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/supervision"
 )
 
@@ -14,12 +15,8 @@ type crash struct{}
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not true after 5s: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !proc.Until(5*time.Second, 2*time.Millisecond, cond) {
+		t.Fatalf("not true after 5s: %s", what)
 	}
 }
 

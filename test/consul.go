@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub/cluster/consul"
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // ConsulVersion is the Consul the tests run against (built by .ci/deps).
@@ -72,8 +73,10 @@ type ConsulAgent struct {
 func NewConsulAgent(t testing.TB) *ConsulAgent {
 	t.Helper()
 	a := &ConsulAgent{bin: ConsulBinary(t), dir: t.TempDir(), ports: map[string]int{}}
-	for _, name := range []string{"http", "serf-lan", "serf-wan", "server"} {
-		a.ports[name] = FreePort(t)
+	names := []string{"http", "serf-lan", "serf-wan", "server"}
+	ports := FreePorts(t, len(names))
+	for i, name := range names {
+		a.ports[name] = ports[i]
 	}
 	a.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports["http"]))
 	t.Cleanup(func() { a.Stop(t) })
@@ -91,12 +94,18 @@ func StartConsulAgent(t testing.TB) *ConsulAgent {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return FreePorts(t, 1)[0]
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment
+// ago (see proc.FreePorts).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := proc.FreePorts(n)
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		t.Fatalf("free ports: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // Start starts the agent (again, after Stop) on its ports and waits until
@@ -127,22 +136,18 @@ func (a *ConsulAgent) Start(t testing.TB) {
 	a.cmd = cmd
 	a.exited = make(chan struct{})
 	go func(exited chan struct{}) { _ = cmd.Wait(); close(exited) }(a.exited) // ends with the process
-	deadline := time.Now().Add(20 * time.Second)
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for {
-		if a.ready(client) {
-			return
-		}
+	ready := proc.Until(20*time.Second, 20*time.Millisecond, func() bool {
 		select {
 		case <-a.exited:
 			a.cmd = nil
 			t.Fatalf("consul agent on %s exited while starting:\n%s", a.Addr, a.tail())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consul agent on %s not ready after 20s:\n%s", a.Addr, a.tail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return a.ready(client)
+	})
+	if !ready {
+		t.Fatalf("consul agent on %s not ready after 20s:\n%s", a.Addr, a.tail())
 	}
 }
 

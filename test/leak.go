@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // ProtoactorTimerFuncs are the functions of protoactor's own timed
@@ -48,15 +50,8 @@ const ProtoactorTimerLife = 3 * time.Second
 func VerifyNoLeaks(t testing.TB, opts ...goleak.Option) {
 	t.Helper()
 	opts = append(append([]goleak.Option(nil), opts...), IgnoreProtoactorTimers()...)
-	deadline := time.Now().Add(ProtoactorTimerLife)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines left behind (waited %v for protoactor's timed ones to end): %v", ProtoactorTimerLife, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !proc.Until(ProtoactorTimerLife, 50*time.Millisecond, func() bool { err = goleak.Find(opts...); return err == nil }) {
+		t.Fatalf("goroutines left behind (waited %v for protoactor's timed ones to end): %v", ProtoactorTimerLife, err)
 	}
 }

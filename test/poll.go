@@ -4,18 +4,16 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // Eventually polls cond every few milliseconds until it holds, and fails the
 // test with what() at the deadline. It never passes silently.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, what func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not true after %v: %s", timeout, what())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !proc.Until(timeout, 5*time.Millisecond, cond) {
+		t.Fatalf("not true after %v: %s", timeout, what())
 	}
 }
 

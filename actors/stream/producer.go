@@ -115,16 +115,17 @@ const (
 )
 
 type producer struct {
-	cfg     core.Config
-	group   uint32
-	node    string
-	root    *actor.PID
-	d       *delivery.Dispatcher
-	credits chan struct{}
-	hook    faults.Hook
-	m       *core.Metrics
-	gm      metric.MeasurementOption // this group's attributes
-	log     zerolog.Logger
+	cfg   core.Config
+	group uint32
+	node  string
+	root  *actor.PID
+	d     *delivery.Dispatcher
+	queue *core.WriteQueue
+	taken []*core.Write // the last writes taken from queue, reused
+	hook  faults.Hook
+	m     *core.Metrics
+	gm    metric.MeasurementOption // this group's attributes
+	log   zerolog.Logger
 
 	buf         *store                // the buffered messages, compact
 	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
@@ -138,9 +139,9 @@ type producer struct {
 	restarted   bool
 	// dur, when set, knows this node's previous incarnation of the group
 	// (told to joining workers: see Register.predecessor_incarnation).
-	dur core.Durable
-	lastWarn    time.Time
-	drainTo     *actor.PID // who asked Drain; nil when not draining
+	dur      core.Durable
+	lastWarn time.Time
+	drainTo  *actor.PID // who asked Drain; nil when not draining
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -155,7 +156,7 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 	starts := 0 // incarnations of this producer; only the current one runs
 	return func() actor.Actor {
 		starts++
-		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, credits: rt.Credits[group], hook: rt.Hook,
+		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, queue: rt.Queues[group], hook: rt.Hook,
 			m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1,
 			dur: rt.Durable}
 	}
@@ -163,8 +164,8 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 
 func (p *producer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *core.Write:
-		p.write(ctx, m)
+	case *core.WritesReady:
+		p.takeWrites(ctx)
 	case *flushTick:
 		p.timer = false
 		p.flushAll(ctx)
@@ -185,6 +186,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		ctx.Respond(p.stats())
 	case *Drain:
 		p.drainTo = ctx.Sender()
+		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
 		p.flushAll(ctx)
 		p.checkDrain(ctx)
 	case *actor.Started:
@@ -242,11 +244,15 @@ func (p *producer) stopTimers() {
 	}
 }
 
-func (p *producer) write(ctx actor.Context, w *core.Write) {
-	select { // release the sender's credit first: nothing below may keep it
-	case <-p.credits:
-	default:
+// takeWrites handles every write queued since the last take, in order.
+func (p *producer) takeWrites(ctx actor.Context) {
+	p.taken = p.queue.Take(p.taken)
+	for _, w := range p.taken {
+		p.write(ctx, w)
 	}
+}
+
+func (p *producer) write(ctx actor.Context, w *core.Write) {
 	e := w
 	c, err := p.buf.write(e, monotonic())
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cmd/demo/scorepb"
 	"github.com/echopubsub/echopubsub/internal/devca"
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // Demo is a running ScoreBoard: the source of truth, one proxy and one
@@ -101,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Demo, error) {
 	specs := make([]nodeSpec, cfg.Nodes)
 	var peers []string
 	for i := range specs {
-		listen, err := freeAddr()
+		listen, err := proc.FreeAddr()
 		if err == nil {
 			specs[i].Advertise, err = d.fabric.Listen(i+1, listen)
 		}

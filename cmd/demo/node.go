@@ -55,9 +55,13 @@ type nodeSpec struct {
 	TLSKey  string `json:"tls_key,omitempty"`
 }
 
-// readyPrefix starts the one line a node prints on stdout, with its control
-// URL, once it runs.
-const readyPrefix = "READY "
+// readyLine is the one line a node writes on stdout once it runs: its
+// control URL, in internal/proc's JSON lines (the demo starts its nodes
+// with that package).
+type readyLine struct {
+	Ev      string `json:"ev"` // "ready"
+	Control string `json:"control"`
+}
 
 // runNode is the main of a node process.
 func runNode(specJSON string) error {
@@ -82,7 +86,9 @@ func runNode(specJSON string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s%s\n", readyPrefix, n.controlURL)
+	if err := json.NewEncoder(os.Stdout).Encode(readyLine{Ev: "ready", Control: n.controlURL}); err != nil {
+		return err
+	}
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

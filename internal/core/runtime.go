@@ -39,7 +39,7 @@ type MembersQuery struct{}
 type MemberSnapshot struct{ Members []cluster.Member }
 
 // Runtime is everything the actors of one pubsub share: its configuration,
-// identity, the credits that bound queued writes, metrics and the done
+// identity, the queues of writes to its producers, metrics and the done
 // channel. It is built once by Start; its exported fields are set by
 // NewRuntime (Metrics by Start, before the tree is spawned) and only read
 // afterwards.
@@ -51,10 +51,9 @@ type Runtime struct {
 	// Started is when Start began (monotonic): the node is owed every
 	// message written after it.
 	Started time.Time
-	// Credits bound each producer's queued writes (Config.MaxPendingWrites):
-	// a Broadcast takes one before sending a Write, the producer returns it
-	// when it handles the Write.
-	Credits []chan struct{}
+	// Queues carry each producer's writes (Config.MaxPendingWrites of them
+	// at most) from Enqueue to the producer, in groups.
+	Queues  []*WriteQueue
 	Hook    faults.Hook
 	Metrics *Metrics
 	Log     zerolog.Logger
@@ -82,7 +81,7 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook faults.
 	rt.done = make(chan struct{})
 	rt.members.Store(&map[string]struct{}{node: {}})
 	for i := 0; i < cfg.PoolSize; i++ {
-		rt.Credits = append(rt.Credits, make(chan struct{}, cfg.MaxPendingWrites))
+		rt.Queues = append(rt.Queues, NewWriteQueue(cfg.MaxPendingWrites))
 		rt.producers = append(rt.producers, rt.ProducerPID(uint32(i)))
 	}
 	return rt
@@ -155,31 +154,62 @@ var (
 	ErrTooLarge = errors.New("echopubsub: message too large")
 )
 
-// Enqueue sends one write to the sender's producer, waiting for room when
+// Enqueue hands one write to the sender's producer, waiting for room when
 // that producer has MaxPendingWrites queued: until ctx ends, or up to
 // CallTimeout when ctx is nil. w.Msg, when not nil, is handed as is to this
 // node's subscribers.
 func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error {
 	g := rt.Group(from)
-	select {
-	case <-rt.done:
-		return rt.err
-	default:
-	}
-	select {
-	case rt.Credits[g] <- struct{}{}:
-	default:
-		var timeout <-chan time.Time
+	q := rt.Queues[g]
+	durable := rt.Durable != nil && w.OnlyNode == "" && rt.Durable.IsDurable(w.Topic)
+	var timeout <-chan time.Time
+	for {
+		// Under sendMu: a write accepted here is in its producer's queue
+		// (and the producer told) before Close returns, so the Drain a
+		// graceful Stop sends after Close covers it.
+		rt.sendMu.RLock()
+		select {
+		case <-rt.done:
+			rt.sendMu.RUnlock()
+			return rt.err
+		default:
+		}
+		var (
+			ok, notify bool
+			room       <-chan struct{}
+		)
+		if durable {
+			// Room first, then the append, then the push: once stored it is
+			// queued (a Close waits for it under sendMu), and an append that
+			// fails queues nothing.
+			if ok, room = q.Reserve(); ok {
+				if err := rt.Durable.Publish(ctx, w); err != nil {
+					q.Release()
+					rt.sendMu.RUnlock()
+					return err
+				}
+				notify = q.PushReserved(w)
+			}
+		} else {
+			ok, notify, room = q.Push(w)
+		}
+		if notify {
+			rt.System.Root.Send(rt.producers[g], &WritesReady{})
+		}
+		rt.sendMu.RUnlock()
+		if ok {
+			return nil
+		}
 		var cancelled <-chan struct{}
 		if ctx != nil {
 			cancelled = ctx.Done()
-		} else {
+		} else if timeout == nil {
 			t := time.NewTimer(rt.Cfg.CallTimeout)
 			defer t.Stop()
 			timeout = t.C
 		}
 		select {
-		case rt.Credits[g] <- struct{}{}:
+		case <-room:
 		case <-timeout:
 			return ErrBusy
 		case <-cancelled:
@@ -188,27 +218,6 @@ func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error
 			return rt.err
 		}
 	}
-	// Under sendMu: a write accepted here reaches the producer's mailbox
-	// before a Drain sent after Close, so a graceful Stop covers it.
-	rt.sendMu.RLock()
-	defer rt.sendMu.RUnlock()
-	select {
-	case <-rt.done:
-		<-rt.Credits[g] // give back the credit the producer will never take
-		return rt.err
-	default:
-	}
-	if rt.Durable != nil {
-		// Appended while holding the credit and sendMu: once it is stored
-		// it is queued (a Close waits for it), and an append that fails
-		// queues nothing.
-		if err := rt.Durable.Publish(ctx, w); err != nil {
-			<-rt.Credits[g]
-			return err
-		}
-	}
-	rt.System.Root.Send(rt.producers[g], w)
-	return nil
 }
 
 // Done is closed once the pubsub can no longer deliver: by Close, or by

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -107,13 +108,12 @@ func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
 			nd.Listen = fmt.Sprintf("%s%d:7100", nsNet, i+1)
 			nd.Advertise = fmt.Sprintf("%s:%d", proxyHost, 7000+i)
 		} else {
-			lp, err1 := freePort()
-			pp, err2 := freePort()
-			if err := errors.Join(err1, err2); err != nil {
+			ports, err := proc.FreePorts(2)
+			if err != nil {
 				return c, err
 			}
-			nd.Listen = fmt.Sprintf("127.0.0.1:%d", lp)
-			nd.Advertise = fmt.Sprintf("%s:%d", proxyHost, pp)
+			nd.Listen = fmt.Sprintf("127.0.0.1:%d", ports[0])
+			nd.Advertise = fmt.Sprintf("%s:%d", proxyHost, ports[1])
 		}
 		if _, err := c.proxy.Call(Command{Op: OpRoute, Listen: nd.Advertise, Target: nd.Listen}, 5*time.Second); err != nil {
 			return c, err
@@ -126,15 +126,6 @@ func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
 		}
 	}
 	return c, nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func run(argv ...string) error {
@@ -201,7 +192,7 @@ func (c *Cluster) startNode(nd *NodeProc) error {
 		"-retry", o.Retry.String(), "-log-level", o.LogLevel)
 	key := fmt.Sprintf("%s#%d", nd.Name, nd.Incarnation)
 	argv = append(argv, "-record", filepath.Join(o.Dir, key+".rec"))
-	p, _, err := StartProc(key, argv, filepath.Join(o.Dir, nd.Name+".log"), func(p *Proc, ev Event) { c.event(nd.Name, p.Name, ev) })
+	p, _, err := StartProc(key, argv, filepath.Join(o.Dir, nd.Name+".log"), func(p *Proc, ev Event) { c.event(nd.Name, p.Name(), ev) })
 	if err != nil {
 		return err
 	}
@@ -310,17 +301,11 @@ func (c *Cluster) WaitRegistered(timeout time.Duration) error {
 // poll checks cond every 50 ms until it holds, or fails at the deadline
 // with cond's last explanation.
 func poll(timeout time.Duration, cond func() (bool, string)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not true after %v: %s", timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var why string
+	if proc.Until(timeout, 50*time.Millisecond, func() (ok bool) { ok, why = cond(); return ok }) {
+		return nil
 	}
+	return fmt.Errorf("not true after %v: %s", timeout, why)
 }
 
 // SetProxy sets the mode of node i's proxy route (what others dial to reach
@@ -420,7 +405,7 @@ func (c *Cluster) Kill(i int) error {
 		_ = nd.Proc.Signal(syscall.SIGCONT)
 	}
 	c.mu.Lock()
-	c.killed[nd.Proc.Name] = true
+	c.killed[nd.Proc.Name()] = true
 	c.mu.Unlock()
 	return nd.Proc.Kill()
 }

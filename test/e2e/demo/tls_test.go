@@ -1,10 +1,14 @@
-package main
+//go:build unix
+
+package demo
 
 import (
 	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // apiState is the part of /api/state this test reads.
@@ -55,16 +59,11 @@ func TestDemoOverTLS(t *testing.T) {
 	url, _ := runDemo(t, buildDemo(t), "-tls")
 	until := func(what string, timeout time.Duration, cond func(apiState) bool) apiState {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
 		var s apiState
 		var err error
-		for time.Now().Before(deadline) {
-			if s, err = readState(url); err == nil && cond(s) {
-				return s
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !proc.Until(timeout, 100*time.Millisecond, func() bool { s, err = readState(url); return err == nil && cond(s) }) {
+			t.Fatalf("not within %v: %s (last state %+v, error %v)", timeout, what, s, err)
 		}
-		t.Fatalf("not within %v: %s (last state %+v, error %v)", timeout, what, s, err)
 		return s
 	}
 	until("every node at the true score", 60*time.Second, func(s apiState) bool { return s.allAt() && s.Truth.Goal >= 2 })

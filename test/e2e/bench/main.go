@@ -1,8 +1,11 @@
 // Command bench measures EchoPubSub side by side with the peers a Go user
 // would pick, every node a separate OS process on loopback (issue 8):
 //
-//	go run ./test/bench                      # a short run (~1-2 min): 3 nodes, 10 B
-//	go run ./test/bench -full -doc docs/benchmarks.md   # what docs/benchmarks.md is
+//	cd test/e2e && go run ./bench            # a short run (~1-2 min): 3 nodes, 10 B
+//	make bench                               # what docs/benchmarks.md is
+//
+// It lives in the test/e2e module (with its own go.mod), so that NATS stays
+// out of the library's module graph.
 //
 // Throughput: node 0 runs -pubs publishers that send N messages in total;
 // every node (node 0 included) has one collector subscribed; msg/s is N
@@ -234,7 +237,7 @@ func parseFlags(args []string) (*options, error) {
 	if *doc != "" {
 		o.chart = filepath.Join(filepath.Dir(*doc), "benchmarks.svg")
 	}
-	o.cmdline = "go run ./test/bench " + strings.Join(args, " ")
+	o.cmdline = "cd test/e2e && go run ./bench " + strings.Join(args, " ")
 	return o, nil
 }
 

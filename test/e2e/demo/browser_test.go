@@ -1,6 +1,10 @@
 //go:build unix
 
-package main
+// Package demo tests the ScoreBoard demo (./cmd/demo of the library's
+// module) from the outside: built, run as real processes, and driven over
+// HTTP and in headless Chromium. It lives in the test/e2e module so that
+// chromedp stays out of the library's module graph.
+package demo
 
 import (
 	"bufio"
@@ -21,6 +25,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // TestScoreBoardInBrowser builds the demo, runs it as real processes (the
@@ -229,7 +235,7 @@ func openBrowser(t *testing.T, chromium, url string) *browser {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1440, 1000), chromedp.Navigate(url)); err != nil {
 		t.Fatalf("open %s in chromium: %v", url, err)
 	}
-	dir := filepath.Join("..", "..", "test", "artifacts")
+	dir := filepath.Join(repoRoot, "test", "artifacts")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -251,19 +257,14 @@ func (b *browser) read() (pageState, error) {
 // deadline with what the page showed last (and a screenshot of it).
 func (b *browser) until(what string, timeout time.Duration, cond func(pageState) bool) pageState {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		s, err := b.read()
-		if err == nil && cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			b.shot("failed")
-			last, _ := json.MarshalIndent(s, "", "  ")
-			b.t.Fatalf("page never showed %q within %v (read error: %v); last state:\n%s", what, timeout, err, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var s pageState
+	var err error
+	if !proc.Until(timeout, 200*time.Millisecond, func() bool { s, err = b.read(); return err == nil && cond(s) }) {
+		b.shot("failed")
+		last, _ := json.MarshalIndent(s, "", "  ")
+		b.t.Fatalf("page never showed %q within %v (read error: %v); last state:\n%s", what, timeout, err, last)
 	}
+	return s
 }
 
 func (b *browser) click(sel string) {
@@ -315,7 +316,13 @@ func findChromium(t *testing.T) string {
 	return ""
 }
 
-// buildDemo builds this package's binary: the test runs the real demo.
+// repoRoot is the repository's root (the library's module), from this
+// package's directory, where `go test` runs it.
+var repoRoot = filepath.Join("..", "..", "..")
+
+// buildDemo builds ./cmd/demo in the library's module, as `go run
+// ./cmd/demo` does from the repository's root: the test runs the real demo,
+// with the library's own dependency versions (not this module's).
 func buildDemo(t *testing.T) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
@@ -323,9 +330,11 @@ func buildDemo(t *testing.T) string {
 		t.Fatalf("go command not found to build the demo: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "demo")
-	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
+	cmd := exec.Command(gobin, "build", "-o", bin, "./cmd/demo")
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build the demo: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/demo: %v\n%s", err, out)
 	}
 	return bin
 }

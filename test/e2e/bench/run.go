@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // scenario is one cell of the matrix: one system, one shape.
@@ -90,7 +92,7 @@ func (r *runner) run(s scenario) (res result) {
 }
 
 func (r *runner) runErr(s scenario, res *result) error {
-	ports, err := freePorts(s.Nodes + 1)
+	ports, err := proc.FreePorts(s.Nodes + 1)
 	if err != nil {
 		return err
 	}
@@ -100,12 +102,12 @@ func (r *runner) runErr(s scenario, res *result) error {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 	}
 	var natsURL string
-	var procs []*proc
+	var procs []*child
 	defer func() {
 		var wg sync.WaitGroup
 		for _, p := range procs {
 			wg.Add(1)
-			go func(p *proc) { defer wg.Done(); p.stop() }(p)
+			go func(p *child) { defer wg.Done(); p.stop() }(p)
 		}
 		wg.Wait()
 	}()
@@ -114,7 +116,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 		if err != nil {
 			return err
 		}
-		np, err := startProc("nats-server", "nats", nodeConfig{NatsPort: ports[s.Nodes], StoreDir: store},
+		np, err := startChild("nats-server", "nats", nodeConfig{NatsPort: ports[s.Nodes], StoreDir: store},
 			filepath.Join(r.dir, tag+".nats.log"), 30*time.Second)
 		if err != nil {
 			return err
@@ -122,7 +124,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 		procs = append(procs, np)
 		natsURL = fmt.Sprintf("nats://127.0.0.1:%d", ports[s.Nodes])
 	}
-	nodes := make([]*proc, s.Nodes)
+	nodes := make([]*child, s.Nodes)
 	errs := make([]error, s.Nodes)
 	var wg sync.WaitGroup
 	for i := 0; i < s.Nodes; i++ {
@@ -132,7 +134,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
 				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending}
-			nodes[i], errs[i] = startProc(fmt.Sprintf("n%d", i), "node", cfg,
+			nodes[i], errs[i] = startChild(fmt.Sprintf("n%d", i), "node", cfg,
 				filepath.Join(r.dir, fmt.Sprintf("%s.n%d.log", tag, i)), 60*time.Second)
 		}(i)
 	}
@@ -235,33 +237,35 @@ func (r *runner) runErr(s scenario, res *result) error {
 	return nil
 }
 
-func waitReady(nodes []*proc, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		why := ""
+func waitReady(nodes []*child, timeout time.Duration) error {
+	var why string
+	var err error
+	ready := proc.Until(timeout, 200*time.Millisecond, func() bool {
+		why = ""
 		for _, p := range nodes {
-			ev, err := p.call(cmd{Op: "ready"}, 10*time.Second)
-			if err != nil {
-				return err
+			var ev event
+			if ev, err = p.call(cmd{Op: "ready"}, 10*time.Second); err != nil {
+				return true // stop: the error is the answer
 			}
 			if !ev.OK {
-				why = p.name + ": " + ev.Why
-				break
+				why = p.Name() + ": " + ev.Why
+				return false
 			}
 		}
-		if why == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nodes not ready in %v: %s", timeout, why)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return true
+	})
+	if err != nil {
+		return err
 	}
+	if !ready {
+		return fmt.Errorf("nodes not ready in %v: %s", timeout, why)
+	}
+	return nil
 }
 
 // rep runs one repetition: reset every collector, publish N from node 0,
 // wait until every node counted N (or nothing moved for r.stall).
-func (r *runner) rep(s scenario, nodes []*proc, rep int, _ bool) (repResult, error) {
+func (r *runner) rep(s scenario, nodes []*child, rep int, _ bool) (repResult, error) {
 	for _, p := range nodes {
 		if _, err := p.call(cmd{Op: "reset", Rep: rep, N: s.N, Pubs: s.Pubs, Latency: s.Rate > 0}, 10*time.Second); err != nil {
 			return repResult{}, err
