@@ -19,7 +19,7 @@ type benchNode struct {
 	registry *actor.PID
 }
 
-func newBenchNode(b *testing.B) *benchNode {
+func newBenchNode(b testing.TB) *benchNode {
 	// protoactor logs to stdout, among the benchmark lines: not here.
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -35,7 +35,7 @@ func (n *benchNode) sink() *actor.PID {
 	return n.system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}, actor.WithMailbox(SubscriberMailbox())))
 }
 
-func (n *benchNode) subscribe(b *testing.B, pid *actor.PID, topic string) {
+func (n *benchNode) subscribe(b testing.TB, pid *actor.PID, topic string) {
 	res, err := n.system.Root.RequestFuture(n.registry, &Subscribe{PID: pid, Topic: topic}, 5*time.Second).Result()
 	if err != nil || res.(*Reply).Err != nil {
 		b.Fatalf("subscribe: %v %v", err, res)
@@ -59,7 +59,7 @@ func BenchmarkQueueCheck(b *testing.B) {
 			for i := 0; i < backlog; i++ {
 				n.system.Root.Send(pid, &wrapperspb.UInt64Value{})
 			}
-			mb := lookupMailbox(pid)
+			mb := lookupMailbox(n.system, pid)
 			b.ReportAllocs()
 			b.ResetTimer()
 			sum := 0

@@ -263,7 +263,7 @@ func (d *Dispatcher) resolveNamed(sub *subscriber) (*actor.PID, *countingMailbox
 	if sub.pid == nil {
 		sub.pid = actor.NewPID(d.system.Address(), sub.key)
 	}
-	mb := lookupMailbox(sub.pid)
+	mb := lookupMailbox(d.system, sub.pid)
 	if mb == nil && !sub.unbounded && sub.warned.CompareAndSwap(false, true) {
 		d.log.Error().Str("subscriber", sub.key).
 			Msg("named subscriber has no SubscriberMailbox, so its queue cannot be bounded: delivering without a bound")

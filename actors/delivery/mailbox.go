@@ -18,12 +18,20 @@ import (
 // any actor of ours, and this is the only way back from a PID to its
 // mailbox. Entries are written once at spawn and removed when the actor is
 // told to stop (an entry is only ever deleted by the mailbox that wrote it),
-// so the map holds only live actors with counting mailboxes.
-var mailboxes sync.Map // "address/id" -> *countingMailbox
+// so the map holds only live actors with counting mailboxes. Keys name the
+// actor system too: several systems in one process (tests) may reuse an
+// address (a freed port) and the same "$n" ids, and an actor system shut
+// down without stopping its actors leaves its entries behind.
+var mailboxes sync.Map // mailboxKey -> *countingMailbox
+
+type mailboxKey struct {
+	system *actor.ActorSystem
+	id     string
+}
 
 type countingMailbox struct {
 	actor.Mailbox
-	key string
+	key mailboxKey
 }
 
 // SubscriberMailbox is the mailbox a bounded subscriber must be spawned
@@ -40,24 +48,27 @@ func SubscriberMailbox() actor.MailboxProducer {
 }
 
 func (m *countingMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
-	if s, ok := invoker.(interface{ Self() *actor.PID }); ok && s.Self() != nil {
-		m.key = Key(s.Self())
+	if s, ok := invoker.(interface {
+		Self() *actor.PID
+		ActorSystem() *actor.ActorSystem
+	}); ok && s.Self() != nil {
+		m.key = mailboxKey{s.ActorSystem(), s.Self().Id}
 		mailboxes.Store(m.key, m)
 	}
 	m.Mailbox.RegisterHandlers(invoker, dispatcher)
 }
 
 func (m *countingMailbox) PostSystemMessage(message interface{}) {
-	if _, ok := message.(*actor.Stop); ok && m.key != "" {
+	if _, ok := message.(*actor.Stop); ok && m.key.system != nil {
 		mailboxes.CompareAndDelete(m.key, m)
 	}
 	m.Mailbox.PostSystemMessage(message)
 }
 
-// lookupMailbox returns pid's counting mailbox, or nil when pid has none (or
-// is not running).
-func lookupMailbox(pid *actor.PID) *countingMailbox {
-	mb, ok := mailboxes.Load(Key(pid))
+// lookupMailbox returns the counting mailbox of pid, an actor of system, or
+// nil when it has none (or is not running).
+func lookupMailbox(system *actor.ActorSystem, pid *actor.PID) *countingMailbox {
+	mb, ok := mailboxes.Load(mailboxKey{system, pid.Id})
 	if !ok {
 		return nil
 	}

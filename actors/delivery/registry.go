@@ -168,7 +168,7 @@ func (r *registry) subscribe(self *actor.PID, m *Subscribe) error {
 		if m.PID != nil {
 			sub.pid = m.PID
 			if !m.Opts.Unbounded {
-				if sub.mb = lookupMailbox(m.PID); sub.mb == nil {
+				if sub.mb = lookupMailbox(r.d.system, m.PID); sub.mb == nil {
 					return fmt.Errorf("%w (subscriber %s)", ErrUnmeasurable, m.PID)
 				}
 			}
@@ -255,7 +255,7 @@ func (r *registry) setNotices(self *actor.PID, m *SetNotices) error {
 	if m.PID.Address != self.Address {
 		return fmt.Errorf("%w: notice subscriber %s (this node is %s)", ErrNotLocal, m.PID, self.Address)
 	}
-	mb := lookupMailbox(m.PID)
+	mb := lookupMailbox(r.d.system, m.PID)
 	if mb == nil {
 		return fmt.Errorf("%w (notice subscriber %s)", ErrUnmeasurable, m.PID)
 	}

@@ -2,6 +2,7 @@ package consul_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -117,9 +118,14 @@ func TestConsulMembersJoinUpdateLeave(t *testing.T) {
 	if got := evA.kinds(b); !equalKinds(got, cluster.Joined, cluster.Updated, cluster.Left) {
 		t.Fatalf("events for %s = %v, want joined, updated, left", b, got)
 	}
-	if n := agent.HealthyInstances(service); n != 1 {
-		t.Fatalf("healthy instances = %d after the fake member's TTL, want 1 (this node, kept alive by its heartbeat)", n)
-	}
+	// Polled: once (on a loaded machine, in CI) the agent's health endpoint
+	// still counted the fake member right after the watch had seen it
+	// critical; what matters here is that this node stays (1, not 0).
+	healthy := 0
+	test.Eventually(t, 5*time.Second, func() bool { healthy = agent.HealthyInstances(service); return healthy == 1 },
+		func() string {
+			return fmt.Sprintf("healthy instances = %d after the fake member's TTL, want 1 (this node, kept alive by its heartbeat)", healthy)
+		})
 
 	stop(t, a)
 	if err := a.Stop(context.Background()); err != nil {

@@ -403,6 +403,9 @@ func coordMain(args []string) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s and %s\n", o.doc, o.chart)
+		if err := saveProfiles(rep.results, filepath.Join(filepath.Dir(o.doc), "profiles")); err != nil {
+			return err
+		}
 	}
 	for _, r := range rep.results {
 		if r.Err != "" {
@@ -420,4 +423,36 @@ func countErr(rs []result) int {
 		}
 	}
 	return n
+}
+
+// saveProfiles copies the CPU profiles of the run next to the document
+// (docs/profiles/<scenario>.<node>.cpu.pprof), replacing the previous run's.
+func saveProfiles(results []result, dir string) error {
+	var files []string
+	for _, r := range results {
+		for _, f := range r.ProfileFiles {
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, "*.pprof"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "copied %d CPU profiles to %s\n", len(files), dir)
+	return nil
 }

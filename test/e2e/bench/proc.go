@@ -65,3 +65,34 @@ func (p *child) hwmKB() int64 {
 	}
 	return 0
 }
+
+// cpu is the user+sys CPU time the process has used so far (from
+// /proc/<pid>/stat, in clock ticks of 1/100 s on Linux).
+func (p *child) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces, in parentheses):
+	// utime and stime are the 14th and 15th fields of the whole line.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// cpuOf is the CPU time of every process in ps together.
+func cpuOf(ps []*child) time.Duration {
+	var t time.Duration
+	for _, p := range ps {
+		t += p.cpu()
+	}
+	return t
+}

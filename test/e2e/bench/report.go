@@ -96,19 +96,21 @@ func gitState() string {
 	return s
 }
 
-// goModRoot is the module root (for the Go benchmarks and analysis.md).
+// goModRoot is the library's module root (for the Go benchmarks and the
+// hand-written parts of the report): the directory the harness's module
+// replaces github.com/echopubsub/echopubsub with.
 func goModRoot() string {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/echopubsub/echopubsub").Output()
 	if err != nil {
 		return "."
 	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
+	return strings.TrimSpace(string(out))
 }
 
 // runGoBench runs the hot-path micro-benchmarks and returns their output.
 func runGoBench() string {
-	c := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkWrite$|BenchmarkBatch|BenchmarkFanOut",
-		"-benchtime", "1s", "-count", "1", "./ringbuf/", "./messages/", "./actors/")
+	c := exec.Command("go", "test", "-run", "^$", "-bench", goBenchPattern,
+		"-benchtime", "1s", "-count", "1", "./ringbuf/", "./messages/", "./actors/...")
 	c.Dir = goModRoot()
 	out, err := c.CombinedOutput()
 	if err != nil {
@@ -398,6 +400,7 @@ func (rp *report) markdown() string {
 	}
 	w("\n")
 	rp.targets(&b)
+	rp.targets17(&b)
 
 	if l := rp.latencies(); len(l) > 0 {
 		w("## Latency\n\nPublish to a remote subscriber (every node but node 0), %s msg/s offered by node 0 for %.0f s, %d nodes, %d B. Percentiles over every message every remote node received.\n\n", commas(float64(o.rate)), o.latSecs, o.nodes[0], o.payloads[0])
@@ -420,6 +423,14 @@ func (rp *report) markdown() string {
 	w("| scenario | N | node 0 / node 1 / ... |\n|---|---:|---|\n")
 	for _, r := range rp.throughput() {
 		w("| %s | %s | %s |\n", r.label(), commas(float64(r.N)), rssList(r.RSSKB))
+	}
+	w("\n")
+
+	w("## CPU per delivered message\n\nuser+sys CPU of every process of the scenario (its nodes, and for NATS the server) over the counted repetitions, divided by the deliveries (N x nodes x repetitions), in microseconds. The machine's 2 cores bound throughput at about 2 / (this x nodes) messages per second.\n\n| scenario | us per delivery |\n|---|---:|\n")
+	for _, r := range rp.throughput() {
+		if r.CPUNsPerDelivery > 0 {
+			w("| %s | %.2f |\n", r.label(), r.CPUNsPerDelivery/1000)
+		}
 	}
 	w("\n")
 
@@ -448,12 +459,12 @@ func (rp *report) markdown() string {
 	w("\n")
 
 	if rp.GoBench != "" {
-		w("## Go micro-benchmarks of the hot paths\n\n`go test -run '^$' -bench 'BenchmarkWrite$|BenchmarkBatch|BenchmarkFanOut' ./ringbuf/ ./messages/ ./actors/` (same run):\n\n```\n%s\n```\n\n", rp.GoBench)
+		w("## Go micro-benchmarks of the hot paths\n\n`go test -run '^$' -bench '%s' ./ringbuf/ ./messages/ ./actors/...` (same run). `BenchmarkStoreHeap` is the live heap per buffered message beyond its payload (`heap-B/msg`); `TestHotPathAllocations` (in `make test`) fails if an allocation per message comes back on the write, batch or delivery path.\n\n```\n%s\n```\n\n", goBenchPattern, rp.GoBench)
 	}
 	// Subscriptions at scale (issue 19) are measured by Go benchmarks run on
 	// their own (they take minutes and gigabytes): their section is kept in
 	// a file of its own, with the command that reproduces it.
-	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "bench", "subscriptions.md")); err == nil {
+	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", "subscriptions.md")); err == nil {
 		w("%s\n\n", strings.TrimSpace(string(a)))
 	}
 	var prof []result
@@ -475,7 +486,7 @@ func (rp *report) markdown() string {
 			}
 		}
 	}
-	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "bench", "analysis.md")); err == nil {
+	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", "analysis.md")); err == nil {
 		w("%s\n", strings.TrimSpace(string(a)))
 	}
 	return b.String()
@@ -536,6 +547,9 @@ func ratio(a, p result, ok bool) string {
 	}
 	return s
 }
+
+// goBenchPattern selects the hot-path micro-benchmarks of the report.
+const goBenchPattern = "BenchmarkWrite$|BenchmarkBatch|BenchmarkFanOut$|BenchmarkStoreHeap"
 
 // targets writes the issue's targets against this run.
 func (rp *report) targets(b *strings.Builder) {
@@ -687,4 +701,86 @@ func (rp *report) svg() string {
 
 func escape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// targets17 writes issue 17's targets against this run: met or not, with
+// the figure; the reasons are in the analysis below the tables.
+func (rp *report) targets17(b *strings.Builder) {
+	w := func(format string, args ...interface{}) { fmt.Fprintf(b, format, args...) }
+	first := 3
+	if len(rp.opts.nodes) > 0 {
+		first = rp.opts.nodes[0]
+	}
+	w("### Targets (issue 17, %d nodes unless said)\n\n| target | measured | met? |\n|---|---|---|\n", first)
+	row := func(name string, have bool, val string, met bool) {
+		m := "no"
+		if !have {
+			m, val = "not measured", "-"
+		} else if met {
+			m = "yes"
+		}
+		w("| %s | %s | %s |\n", name, val, m)
+	}
+	get := func(sys string, nodes int, iv time.Duration, pad int) (result, bool) {
+		r, ok := rp.find(sys, nodes, iv, pad)
+		return r, ok && r.Valid && r.MsgPerSec > 0
+	}
+	for _, t := range []struct {
+		pad      int
+		abs, rel float64
+	}{{10, 1e6, 2.5}, {200, 5e5, 2.0}} {
+		o, ok := get(sysOurs, first, 100*time.Millisecond, t.pad)
+		raw, okRaw := get(sysRaw, first, 0, t.pad)
+		val, met := "", false
+		if ok {
+			val = commas(o.MsgPerSec) + " msg/s"
+			met = o.MsgPerSec >= t.abs
+			if okRaw {
+				val += fmt.Sprintf(" = %.2fx raw (%s)", o.MsgPerSec/raw.MsgPerSec, commas(raw.MsgPerSec))
+				met = met || o.MsgPerSec >= t.rel*raw.MsgPerSec
+			}
+		}
+		row(fmt.Sprintf("100 ms, %d B: >= %s msg/s or >= %.1fx raw fire-and-forget", t.pad, commas(t.abs), t.rel), ok, val, met)
+	}
+	o100, ok100 := get(sysOurs, first, 100*time.Millisecond, 10)
+	o0, ok0 := get(sysOurs, first, 0, 10)
+	row("BatchInterval 0 at least as fast as 100 ms (10 B)", ok100 && ok0,
+		fmt.Sprintf("%s vs %s = %.2f", commas(o0.MsgPerSec), commas(o100.MsgPerSec), o0.MsgPerSec/math.Max(o100.MsgPerSec, 1)), o0.MsgPerSec >= o100.MsgPerSec)
+	if r, ok := rp.find(sysOurs, first, 100*time.Millisecond, 10); ok && len(r.RSSKB) > 0 {
+		payload := 10 + 12 // pad, plus the Stamp's sequence number and framing
+		bound := 1.5*float64(2*r.N)*float64(payload+32) + 64<<20
+		rss := float64(r.RSSKB[0]) * 1024
+		row(fmt.Sprintf("producer RSS <= 1.5 x BufferSize x (payload + 32 B) + 64 MiB (BufferSize %s, 10 B)", commas(float64(2*r.N))), true,
+			fmt.Sprintf("%.0f MiB, bound %.0f MiB", rss/(1<<20), bound/(1<<20)), rss <= bound)
+	}
+	var ours, raw *latResult
+	for _, r := range rp.latencies() {
+		if r.Valid && r.Lat != nil && r.Interval == 0 {
+			switch r.System {
+			case sysOurs:
+				ours = r.Lat
+			case sysRaw:
+				raw = r.Lat
+			}
+		}
+	}
+	if ours != nil {
+		val := fmt.Sprintf("p99 %.2f ms", ours.P99)
+		met := ours.P99 < 2
+		if raw != nil {
+			val += fmt.Sprintf(" (raw protoactor p99 %.2f ms)", raw.P99)
+			met = met && ours.P99 <= raw.P99
+		}
+		row(fmt.Sprintf("p99 publish-to-remote-subscriber at %s msg/s, BatchInterval 0: < 2 ms and <= raw protoactor's", commas(float64(rp.opts.rate))), true, val, met)
+	} else {
+		row("p99 publish-to-remote-subscriber, BatchInterval 0: < 2 ms and <= raw protoactor's", false, "", false)
+	}
+	if big, okBig := get(sysOurs, 8, 100*time.Millisecond, 10); okBig && ok100 {
+		d8, d3 := big.MsgPerSec*8, o100.MsgPerSec*float64(first)
+		row(fmt.Sprintf("8 nodes: delivered msg/s (msg/s x receiving nodes) >= 80%% of %d nodes (100 ms, 10 B)", first), true,
+			fmt.Sprintf("%s vs %s = %.0f%%", commas(d8), commas(d3), 100*d8/d3), d8 >= 0.8*d3)
+	} else {
+		row("8 nodes: delivered msg/s >= 80% of 3 nodes", false, "", false)
+	}
+	w("\nHeap per buffered message (target: payload + 32 B): `BenchmarkStoreHeap` under \"Go micro-benchmarks\" below. CPU per delivered message, per system: \"CPU per delivered message\" below.\n\n")
 }

@@ -63,13 +63,19 @@ type latResult struct {
 
 type result struct {
 	scenario
-	Reps      []repResult       `json:"rep_results"`
-	Valid     bool              `json:"valid"` // every repetition counted exactly N everywhere
-	MsgPerSec float64           `json:"msg_per_s"`
-	RSSKB     []int64           `json:"rss_kb"` // peak RSS (VmHWM) per node, node 0 publishes
-	Lat       *latResult        `json:"latency,omitempty"`
-	Profiles  map[string]string `json:"profiles,omitempty"`
-	Err       string            `json:"err,omitempty"`
+	Reps      []repResult `json:"rep_results"`
+	Valid     bool        `json:"valid"` // every repetition counted exactly N everywhere
+	MsgPerSec float64     `json:"msg_per_s"`
+	RSSKB     []int64     `json:"rss_kb"` // peak RSS (VmHWM) per node, node 0 publishes
+	// CPUNsPerDelivery: user+sys CPU of every process of the scenario (the
+	// nodes, and the NATS server for NATS) over the counted repetitions,
+	// divided by the deliveries (N x nodes x repetitions).
+	CPUNsPerDelivery float64           `json:"cpu_ns_per_delivery,omitempty"`
+	Lat              *latResult        `json:"latency,omitempty"`
+	Profiles         map[string]string `json:"profiles,omitempty"`
+	// ProfileFiles are the CPU profiles behind Profiles, by node.
+	ProfileFiles map[string]string `json:"profile_files,omitempty"`
+	Err          string            `json:"err,omitempty"`
 }
 
 // runner runs scenarios, one fresh set of processes each.
@@ -163,12 +169,16 @@ func (r *runner) runErr(s scenario, res *result) error {
 			return err
 		}
 	}
+	cpu0 := cpuOf(procs)
 	for rep := 1; rep <= reps; rep++ {
 		rr, err := r.rep(s, nodes, rep, false)
 		if err != nil {
 			return err
 		}
 		res.Reps = append(res.Reps, rr)
+	}
+	if deliveries := float64(s.N) * float64(s.Nodes) * float64(reps); s.Rate == 0 && deliveries > 0 {
+		res.CPUNsPerDelivery = float64(cpuOf(procs)-cpu0) / deliveries
 	}
 	if s.Profile && s.Rate == 0 {
 		res.Profiles = map[string]string{}
@@ -188,6 +198,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 				return err
 			}
 		}
+		res.ProfileFiles = paths
 		for name, path := range paths {
 			out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=30", path).CombinedOutput()
 			if err != nil {
