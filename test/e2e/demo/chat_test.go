@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package demo
 
 import (
 	"context"
@@ -15,8 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestChatInBrowser runs the chat demo (two nodes, each with its own store
-// and gateway) and two headless Chromium tabs: ada on node 1, bob on node
+// TestChatInBrowser builds the demo and runs `demo -chat` (two nodes in
+// one process, each with its own store and gateway) and two headless
+// Chromium tabs: ada on node 1, bob on node
 // 2. It plays the README's chat story, asserting on what each page shows:
 //
 //  1. both online; ada's message reaches bob (across nodes) and every
@@ -30,22 +31,11 @@ import (
 // with a deadline; none is a fixed sleep.
 func TestChatInBrowser(t *testing.T) {
 	chromium := findChromium(t)
-	cfg := DefaultConfig()
-	cfg.Port = 0
-	c, err := StartChat(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			t.Errorf("stop chat: %v", err)
-		}
-	})
+	url, demo := runDemo(t, buildDemo(t), "-chat")
+	base := url[:strings.Index(url, "/chat")]
 	browser := startChromium(t, chromium)
-	ada := openTab(t, browser, "ada", c.Base()+"/chat?node=1&user=ada")
-	bob := openTab(t, browser, "bob", c.Base()+"/chat?node=2&user=bob")
+	ada := openTab(t, browser, "ada", base+"/chat?node=1&user=ada")
+	bob := openTab(t, browser, "bob", base+"/chat?node=2&user=bob")
 
 	// 1. Both online, history loaded (empty); a message crosses nodes.
 	for _, p := range []*chatTab{ada, bob} {
@@ -103,6 +93,12 @@ func TestChatInBrowser(t *testing.T) {
 	}
 	ada.shot("3-bob-back-ada")
 	bob.shot("3-bob-back-bob")
+
+	// Ctrl-C stops the demo (sockets closed, nodes stopped, stores removed).
+	stopDemo(t, demo)
+	if !demo.ProcessState.Success() {
+		t.Fatalf("demo -chat exited with %v", demo.ProcessState)
+	}
 }
 
 type chatState struct {
@@ -237,7 +233,7 @@ func (p *chatTab) shot(name string) {
 		p.t.Errorf("screenshot %s: %v", name, err)
 		return
 	}
-	dir := filepath.Join("..", "..", "test", "artifacts")
+	dir := filepath.Join(repoRoot, "test", "artifacts")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		p.t.Fatal(err)
 	}
