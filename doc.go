@@ -86,6 +86,15 @@
 // a context, carried by the stream itself to the node named in the session
 // id. The engine is package actors/session.
 //
+// # WebSocket gateway
+//
+// Gateway (NewGateway) is an http.Handler that binds each WebSocket to one
+// new session: JSON commands (subscribe, unsubscribe, ack, ack_many,
+// replay, request, reply) act on the socket's own session only, envelopes
+// reach the client in protojson and stay reserved until it acks them, so a
+// client that stops reading is a slow consumer under the session's rules
+// and is closed with a reason. Protocol: docs/gateway.md.
+//
 // # Subscriptions
 //
 // Subscribe and Unsubscribe cost amortized O(1) in what the node holds: a

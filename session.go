@@ -124,7 +124,10 @@ func (s *Session) ID() string { return s.id }
 // SessionOption configures OpenSession.
 type SessionOption func(*sessionOptions)
 
-type sessionOptions struct{ format DeliveryFormat }
+type sessionOptions struct {
+	format   DeliveryFormat
+	identity string // WithIdentity (session_identity.go)
+}
 
 // WithDeliveryFormat chooses what the session's envelopes carry. Defaults to
 // Event.
@@ -170,6 +173,8 @@ type sessionRec struct {
 	actor  atomic.Pointer[actor.PID]
 	subMu  sync.Mutex                         // serialises SessionSubscribe/Unsubscribe
 	subs   atomic.Pointer[map[string]subSpec] // copy on write; read by the session's actor
+
+	identity string // WithIdentity; read by SessionIdentity
 }
 
 // rootSender sends through the actor system's root context.
@@ -245,7 +250,7 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 	if err != nil {
 		return nil, err
 	}
-	rec := &sessionRec{format: o.format}
+	rec := &sessionRec{format: o.format, identity: o.identity}
 	rec.subs.Store(&map[string]subSpec{})
 	s, err := ps.sess.engine.Open(id, owner, rec)
 	if err != nil {

@@ -4,6 +4,7 @@
 //
 //	go run ./cmd/demo            # 3 nodes, buffer 5, page on 127.0.0.1:4000
 //	go run ./cmd/demo -tls       # the same over mutual TLS (throw-away CA)
+//	go run ./cmd/demo -chat      # the chat demo: WebSocket gateway, replay from storage
 //	go run ./cmd/demo -h         # every flag
 //
 // main only parses flags, validates, starts and waits for Ctrl-C; the demo
@@ -40,6 +41,7 @@ func main() {
 	fs.StringVar(&cfg.Consul, "consul", cfg.Consul, "Consul agent address (host:port) for membership; empty: the embedded static membership")
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run the nodes over mutual TLS, with a throw-away CA and certificates made in a temp dir")
 	fs.StringVar(&cfg.LogLevel, "log", cfg.LogLevel, "log level of the demo and its nodes (debug, info, warn, error)")
+	chat := fs.Bool("chat", false, "run the chat demo instead (two nodes in this process, durable room, WebSocket gateway; see chat.go)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
 
 	if err := cfg.Validate(); err != nil {
@@ -49,6 +51,9 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *chat {
+		os.Exit(runChat(ctx, stop, cfg))
+	}
 
 	d, err := Start(ctx, cfg)
 	if err != nil {

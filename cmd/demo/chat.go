@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	_ "google.golang.org/protobuf/types/known/structpb" // chat messages are google.protobuf.Struct
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/cluster"
+)
+
+// The chat demo (go run ./cmd/demo -chat): two EchoPubSub nodes in this
+// process, each with its own WebSocket gateway and its own embedded store
+// (a bbolt file in a temp dir), where the node appends every message of the
+// durable room it receives, whoever published it. The page /chat?node=1&user=ada is a chat client
+// bound to node 1: it subscribes to the durable room, shows each message
+// and acks it after it is shown, and when it comes back from offline it
+// replays from the store what it missed, page by page, with the session's
+// pending count on screen.
+
+const (
+	chatRoom   = "chat:lobby"
+	chatPubSub = "chat"
+	chatNodes  = 2
+)
+
+// Chat is a running chat demo.
+type Chat struct {
+	log   zerolog.Logger
+	dir   string // the nodes' stores
+	nodes []*chatNode
+	ln    net.Listener
+	web   *http.Server
+}
+
+type chatNode struct {
+	system *actor.ActorSystem
+	remote *remote.Remote
+	ps     *echopubsub.PubSub
+	gw     *echopubsub.Gateway
+}
+
+var chatUser = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// chatIdentity is the demo's authentication hook: the user name in the
+// query (a real application checks a session cookie or a token here).
+func chatIdentity(r *http.Request) (string, error) {
+	u := r.URL.Query().Get("user")
+	if !chatUser.MatchString(u) {
+		return "", fmt.Errorf("user must match %s, got %q", chatUser, u)
+	}
+	return u, nil
+}
+
+// StartChat starts the chat demo's nodes and its page on 127.0.0.1:port.
+func StartChat(cfg Config) (*Chat, error) {
+	level, err := zerolog.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).
+		With().Timestamp().Str("demo", "chat").Logger()
+	dir, err := os.MkdirTemp("", "echopubsub-chat-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Chat{log: log, dir: dir}
+	if err := c.startNodes(); err != nil {
+		_ = c.Stop(context.Background())
+		return nil, err
+	}
+	c.ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", cfg.Port))
+	if err != nil {
+		_ = c.Stop(context.Background())
+		return nil, fmt.Errorf("page listener: %w", err)
+	}
+	c.serve()
+	return c, nil
+}
+
+func (c *Chat) startNodes() error {
+	var addrs []string
+	for i := 0; i < chatNodes; i++ {
+		system := actor.NewActorSystem(echopubsub.ActorSystemLogger(c.log.Level(zerolog.Disabled)))
+		r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, c.log))
+		if err := startRemote(r); err != nil {
+			return err
+		}
+		c.nodes = append(c.nodes, &chatNode{system: system, remote: r})
+		addrs = append(addrs, system.Address())
+	}
+	for i, n := range c.nodes {
+		cfg := echopubsub.DefaultConfig(chatPubSub)
+		cfg.BatchInterval = 20 * time.Millisecond
+		cfg.CallTimeout = 2 * time.Second
+		cfg.RetryInterval = 250 * time.Millisecond
+		cfg.SoftQueue, cfg.HardQueue = 50, 200
+		node := n
+		authorize := func(sessionID, stream string) error {
+			if id, ok := node.ps.SessionIdentity(sessionID); !ok || id == "" {
+				return errors.New("no identity")
+			}
+			if !strings.HasPrefix(stream, "chat:") {
+				return fmt.Errorf("%s is not a chat room", stream)
+			}
+			return nil
+		}
+		ps, err := echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)),
+			echopubsub.WithLogger(c.log.With().Int("node", i+1).Logger()),
+			echopubsub.WithStorePath(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1))),
+			echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i+1, err)
+		}
+		n.ps = ps
+		gcfg := echopubsub.DefaultGatewayConfig()
+		gcfg.Publish = true
+		gcfg.Authorize = func(a echopubsub.GatewayAccess) error {
+			if !strings.HasPrefix(a.Topic, "chat:") {
+				return fmt.Errorf("%s is not a chat room", a.Topic)
+			}
+			return nil
+		}
+		if n.gw, err = echopubsub.NewGateway(ps, chatIdentity, gcfg); err != nil {
+			return fmt.Errorf("node %d gateway: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+func (c *Chat) serve() {
+	static, _ := fs.Sub(staticFiles, "static") // cannot fail: the directory is embedded
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /chat", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, static, "chat.html")
+	})
+	mux.HandleFunc("GET /chat/ws/{node}", func(w http.ResponseWriter, r *http.Request) {
+		for i, n := range c.nodes {
+			if r.PathValue("node") == fmt.Sprint(i+1) {
+				n.gw.ServeHTTP(w, r)
+				return
+			}
+		}
+		http.Error(w, fmt.Sprintf("want /chat/ws/{1..%d}", len(c.nodes)), http.StatusNotFound)
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/chat?node=1&user=ada", http.StatusFound)
+	})
+	c.web = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { // ends when Stop shuts the server down
+		if err := c.web.Serve(c.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error().Err(err).Msg("chat page server")
+		}
+	}()
+}
+
+// URL is the chat page of user ada on node 1.
+func (c *Chat) URL() string { return "http://" + c.ln.Addr().String() + "/chat?node=1&user=ada" }
+
+// Base is the page server's address.
+func (c *Chat) Base() string { return "http://" + c.ln.Addr().String() }
+
+// Stop closes the sockets, stops the nodes and removes their stores.
+func (c *Chat) Stop(ctx context.Context) error {
+	var errs []error
+	for _, n := range c.nodes {
+		if n.gw != nil {
+			if err := n.gw.Close(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if c.web != nil {
+		if err := c.web.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range c.nodes {
+		if n.ps != nil {
+			if err := n.ps.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		n.remote.Shutdown(false)
+		n.system.Shutdown()
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// runChat runs the chat demo until ctx ends; it returns the exit code.
+func runChat(ctx context.Context, stop context.CancelFunc, cfg Config) int {
+	c, err := StartChat(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		return 1
+	}
+	fmt.Printf("Chat is running: open %s and %s/chat?node=2&user=bob (Ctrl-C stops)\n", c.URL(), c.Base())
+	<-ctx.Done()
+	stop() // a second Ctrl-C now kills the demo outright
+	fmt.Println("Chat: stopping")
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Stop(shutdown); err != nil {
+		fmt.Fprintln(os.Stderr, "demo: stop:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,297 @@
+package echopubsub
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// The gateway's wire protocol (docs/gateway.md): one JSON object per
+// WebSocket message, in both directions.
+
+// Client commands (the "op" of a client frame).
+const (
+	opSubscribe   = "subscribe"
+	opUnsubscribe = "unsubscribe"
+	opAck         = "ack"
+	opAckMany     = "ack_many"
+	opReplay      = "replay"
+	opRequest     = "request"
+	opReply       = "reply"
+	opPublish     = "publish"
+)
+
+// Error codes of an error frame.
+const (
+	CodeMalformedFrame    = "malformed_frame"
+	CodeUnknownOp         = "unknown_op"
+	CodeInvalidArgument   = "invalid_argument"
+	CodeForbiddenSession  = "forbidden_session"
+	CodeUnauthorized      = "unauthorized"
+	CodeUnknownDelivery   = "unknown_delivery"
+	CodeUnknownSession    = "unknown_session"
+	CodeTooManyItems      = "too_many_items"
+	CodeTooManySubs       = "too_many_subscriptions"
+	CodeUnknownType       = "unknown_type"
+	CodeReplayUnavailable = "replay_unavailable"
+	CodeCursorBeyondEnd   = "cursor_beyond_end"
+	CodePublishDisabled   = "publish_disabled"
+	CodeUnavailable       = "unavailable"
+	CodeInternal          = "internal"
+)
+
+// Limits on a client frame's fields, checked by the decoder.
+const (
+	maxFrameIDLen = 128
+	maxTopicLen   = 1024
+	maxTypeLen    = 512
+)
+
+// clientFrame is one decoded client command. Fields that an op does not
+// use must be absent (the decoder refuses them), so a frame means one thing.
+type clientFrame struct {
+	Op string `json:"op"`
+	ID string `json:"id,omitempty"` // the client's correlation id, echoed
+
+	// SessionID may be given; it must then be the socket's own session.
+	SessionID *string `json:"session_id,omitempty"`
+
+	Topic       string          `json:"topic,omitempty"`
+	Class       string          `json:"class,omitempty"`
+	Context     json.RawMessage `json:"context,omitempty"`
+	DeliveryID  *uint64         `json:"delivery_id,omitempty"`
+	DeliveryIDs []uint64        `json:"delivery_ids,omitempty"`
+	Stream      string          `json:"stream,omitempty"`
+	Limit       *int            `json:"limit,omitempty"`
+	From        *uint64         `json:"from,omitempty"`
+	To          string          `json:"to,omitempty"`
+	Type        string          `json:"type,omitempty"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+
+	context map[string]string // Context, decoded
+}
+
+// frameError is a refused client frame: the error frame's code and message.
+type frameError struct {
+	Code    string
+	Message string
+}
+
+func (e *frameError) Error() string { return e.Code + ": " + e.Message }
+
+func ferr(code, format string, args ...interface{}) *frameError {
+	return &frameError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// wireFrame is the JSON shape decoded; Raw is not on the wire.
+type wireFrame struct {
+	Op          string          `json:"op"`
+	ID          string          `json:"id"`
+	SessionID   *string         `json:"session_id"`
+	Topic       string          `json:"topic"`
+	Class       string          `json:"class"`
+	Context     json.RawMessage `json:"context"`
+	DeliveryID  *uint64         `json:"delivery_id"`
+	DeliveryIDs []uint64        `json:"delivery_ids"`
+	Stream      string          `json:"stream"`
+	Limit       *int            `json:"limit"`
+	From        *uint64         `json:"from"`
+	To          string          `json:"to"`
+	Type        string          `json:"type"`
+	Payload     json.RawMessage `json:"payload"`
+}
+
+// opFields lists the fields each op accepts besides op, id and session_id;
+// required ones are marked true.
+var opFields = map[string]map[string]bool{
+	opSubscribe:   {"topic": true, "class": false, "context": false},
+	opUnsubscribe: {"topic": true},
+	opAck:         {"delivery_id": true},
+	opAckMany:     {"delivery_ids": true},
+	opReplay:      {"stream": true, "limit": false, "from": false},
+	opRequest:     {"to": true, "type": true, "payload": true},
+	opReply:       {"delivery_id": true, "type": true, "payload": true},
+	opPublish:     {"topic": true, "type": true, "payload": true},
+}
+
+// decodeClientFrame parses and checks one client frame. It never panics;
+// every refusal is a *frameError whose code says why. The id is returned
+// even when the frame is refused (when it could be read), so the error
+// frame can name the command it answers.
+func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
+	if !utf8.Valid(b) {
+		return nil, ferr(CodeMalformedFrame, "frame is not valid UTF-8")
+	}
+	var w wireFrame
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&w); err != nil {
+		return idOnly(b), ferr(CodeMalformedFrame, "frame is not a JSON object of known fields: %s", clip(err.Error()))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return idOnly(b), ferr(CodeMalformedFrame, "frame has data after its JSON object")
+	}
+	f := &clientFrame{Op: w.Op, ID: w.ID, SessionID: w.SessionID, Topic: w.Topic, Class: w.Class, Context: w.Context,
+		DeliveryID: w.DeliveryID, DeliveryIDs: w.DeliveryIDs, Stream: w.Stream, Limit: w.Limit, From: w.From,
+		To: w.To, Type: w.Type, Payload: w.Payload}
+	if len(f.ID) > maxFrameIDLen {
+		f.ID = ""
+		return f, ferr(CodeInvalidArgument, "id is longer than %d bytes", maxFrameIDLen)
+	}
+	if f.Op == "" {
+		return f, ferr(CodeMalformedFrame, "frame has no op")
+	}
+	allowed, known := opFields[f.Op]
+	if !known {
+		return f, ferr(CodeUnknownOp, "unknown op %q", clip(f.Op))
+	}
+	present := map[string]bool{
+		"topic": w.Topic != "", "class": w.Class != "", "context": w.Context != nil,
+		"delivery_id": w.DeliveryID != nil, "delivery_ids": w.DeliveryIDs != nil, "stream": w.Stream != "",
+		"limit": w.Limit != nil, "from": w.From != nil, "to": w.To != "", "type": w.Type != "", "payload": w.Payload != nil,
+	}
+	for _, name := range []string{"topic", "class", "context", "delivery_id", "delivery_ids", "stream", "limit", "from",
+		"to", "type", "payload"} {
+		required, ok := allowed[name]
+		switch {
+		case present[name] && !ok:
+			return f, ferr(CodeInvalidArgument, "op %s takes no %s", f.Op, name)
+		case !present[name] && required:
+			return f, ferr(CodeInvalidArgument, "op %s needs %s", f.Op, name)
+		}
+	}
+	for _, s := range []struct {
+		name, v string
+		max     int
+	}{{"topic", f.Topic, maxTopicLen}, {"stream", f.Stream, maxTopicLen}, {"to", f.To, maxTopicLen}, {"type", f.Type, maxTypeLen}} {
+		if len(s.v) > s.max {
+			return f, ferr(CodeInvalidArgument, "%s is longer than %d bytes", s.name, s.max)
+		}
+	}
+	switch f.Class {
+	case "", "durable", "ephemeral":
+	default:
+		return f, ferr(CodeInvalidArgument, "class must be \"durable\" or \"ephemeral\", got %q", clip(f.Class))
+	}
+	if f.Context != nil && string(f.Context) != "null" {
+		if err := json.Unmarshal(f.Context, &f.context); err != nil {
+			return f, ferr(CodeInvalidArgument, "context must be an object of strings: %s", clip(err.Error()))
+		}
+	}
+	if f.Limit != nil && *f.Limit <= 0 {
+		return f, ferr(CodeInvalidArgument, "limit must be > 0, got %d", *f.Limit)
+	}
+	if f.Payload != nil {
+		if t := bytes.TrimSpace(f.Payload); len(t) == 0 || t[0] != '{' {
+			return f, ferr(CodeInvalidArgument, "payload must be a JSON object (the message in protojson)")
+		}
+	}
+	if f.DeliveryID != nil && *f.DeliveryID == 0 {
+		return f, ferr(CodeInvalidArgument, "delivery_id must be > 0")
+	}
+	return f, nil
+}
+
+// idOnly reads a refused frame leniently for its id and op alone, so that
+// the error frame can name the command it answers; nil when it has none.
+func idOnly(b []byte) *clientFrame {
+	var w struct {
+		Op string `json:"op"`
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &w) != nil || w.ID == "" || len(w.ID) > maxFrameIDLen {
+		return nil
+	}
+	return &clientFrame{Op: w.Op, ID: w.ID}
+}
+
+// clip shortens a string echoed into an error frame.
+func clip(s string) string {
+	const max = 200
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
+
+// Server frames.
+
+// helloFrame is the first frame of a socket.
+type helloFrame struct {
+	Type      string `json:"type"` // "hello"
+	SessionID string `json:"session_id"`
+	Identity  string `json:"identity"`
+	Node      string `json:"node"`
+	Instance  string `json:"instance"`
+}
+
+// envelopeFrame is one delivery.
+type envelopeFrame struct {
+	Type       string            `json:"type"` // "envelope"
+	SessionID  string            `json:"session_id"`
+	DeliveryID uint64            `json:"delivery_id"`
+	Topic      string            `json:"topic"`
+	Class      string            `json:"class"`
+	Context    map[string]string `json:"context,omitempty"`
+	Request    *requestInfo      `json:"request,omitempty"`
+	// Replayed marks a delivery of the replay command; Cursor is then the
+	// row's cursor in the store.
+	Replayed    bool            `json:"replayed,omitempty"`
+	Cursor      uint64          `json:"cursor,omitempty"`
+	PayloadType string          `json:"payload_type"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	// PayloadError says why Payload is absent (undecodable on this node,
+	// or over MaxFrameSize); PayloadBase64 then carries the bytes when
+	// they fit.
+	PayloadError  string `json:"payload_error,omitempty"`
+	PayloadBase64 []byte `json:"payload_base64,omitempty"`
+}
+
+type requestInfo struct {
+	RequestID uint64 `json:"request_id"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Reply     bool   `json:"reply"`
+}
+
+// streamGapJSON is a *StreamGap on the wire (notice kind "stream_gap").
+type streamGapJSON struct {
+	SessionID string `json:"session_id"`
+	Stream    string `json:"stream"`
+	Cursor    uint64 `json:"cursor"`
+	Node      string `json:"node"`
+	Missed    uint64 `json:"missed"`
+	Reason    string `json:"reason"`
+}
+
+// noticeFrame carries a notice message in protojson.
+type noticeFrame struct {
+	Type   string          `json:"type"` // "notice"
+	Kind   string          `json:"kind"` // session_pressure, session_closed, cursor_expired, back_pressure
+	Notice json.RawMessage `json:"notice"`
+}
+
+// resultFrame answers a command that succeeded.
+type resultFrame struct {
+	Type   string      `json:"type"` // "result"
+	ID     string      `json:"id,omitempty"`
+	Op     string      `json:"op"`
+	Result interface{} `json:"result"`
+}
+
+// errorFrame answers a command that failed, or a frame that was refused.
+type errorFrame struct {
+	Type    string `json:"type"` // "error"
+	ID      string `json:"id,omitempty"`
+	Op      string `json:"op,omitempty"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

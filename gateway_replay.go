@@ -1,0 +1,69 @@
+package echopubsub
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// replay runs the replay command: one ReplaySession page of stream for the
+// socket's own session. The rows arrive as envelopes (replayed, with their
+// cursor) before the result frame, which carries the page's stats.
+func (s *socket) replay(f *clientFrame) *frameError {
+	if err := s.authorize(opReplay, f.Stream); err != nil {
+		return err
+	}
+	limit := s.gw.cfg.DefaultReplayLimit
+	if f.Limit != nil {
+		limit = *f.Limit
+	}
+	if limit > s.gw.cfg.MaxReplayLimit {
+		return ferr(CodeInvalidArgument, "limit must be <= %d, got %d", s.gw.cfg.MaxReplayLimit, limit)
+	}
+	var from uint64
+	if f.From != nil {
+		from = *f.From
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.gw.ps.cfg.CallTimeout)
+	defer cancel()
+	st, err := s.gw.ps.ReplaySession(ctx, s.sid, f.Stream, ReplayOptions{Limit: limit, From: from})
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrNoStore):
+			return ferr(CodeReplayUnavailable, "replay needs a store holding %q: %s", clip(f.Stream), clip(err.Error()))
+		case errors.Is(err, ErrUnauthorized):
+			return ferr(CodeUnauthorized, "%s", clip(err.Error()))
+		case errors.Is(err, ErrCursorBeyondEnd):
+			return ferr(CodeCursorBeyondEnd, "%s", clip(err.Error()))
+		}
+		return libErr(err)
+	}
+	// Through the owner's mailbox, after the rows ReplaySession sent there
+	// from this goroutine: the result frame follows the page's envelopes.
+	res := replayResult{ResumeCursor: st.ResumeCursor, NextCursor: st.NextCursor, Delivered: st.Delivered,
+		Dropped: st.Dropped, Stopped: st.Stopped, Gaps: st.Gaps, Missed: st.Missed}
+	s.gw.ps.rt.System.Root.Send(s.owner, &ownerFrame{raw: mustJSON(resultFrame{Type: "result", ID: f.ID, Op: f.Op, Result: res})})
+	return nil
+}
+
+// ownerFrame is a frame queued through the owner actor, behind what the
+// session already sent it.
+type ownerFrame struct{ raw []byte }
+
+// replayResult is the replay command's result.
+type replayResult struct {
+	ResumeCursor uint64 `json:"resume_cursor"`
+	NextCursor   uint64 `json:"next_cursor"`
+	Delivered    int    `json:"delivered"`
+	Dropped      int    `json:"dropped"`
+	Stopped      bool   `json:"stopped"`
+	Gaps         int    `json:"gaps"`
+	Missed       uint64 `json:"missed"`
+}
+
+// publish broadcasts a client's message (appended to its stream first when
+// the topic is durable: WithDurableTopics).
+func (s *socket) publish(topic string, msg proto.Message) error {
+	return s.gw.ps.Broadcast(nil, topic, msg)
+}
