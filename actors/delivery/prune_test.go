@@ -69,6 +69,7 @@ func TestStoppingManySubscribersPrunesThemAndKeepsTheLiveOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doomed []*actor.PID
+	watchedOnFeed := 0
 	for i := 0; i < measured+watched; i++ {
 		var pid *actor.PID
 		var opts []echopubsub.SubscribeOption
@@ -78,22 +79,29 @@ func TestStoppingManySubscribersPrunesThemAndKeepsTheLiveOnes(t *testing.T) {
 			pid = spawnUnmeasured(nd.System).pid
 			opts = append(opts, echopubsub.WithUnboundedQueue())
 		}
-		for _, topic := range []string{"feed", fmt.Sprintf("t%d", i%topics)} {
+		subTo := []string{fmt.Sprintf("t%d", i%topics)}
+		if i%20 == 0 { // some on the broadcast topic (all of them would make it a fan-out benchmark under -race)
+			subTo = append(subTo, "feed")
+			if i >= measured {
+				watchedOnFeed++
+			}
+		}
+		for _, topic := range subTo {
 			if err := nd.PS.Subscribe(pid, topic, opts...); err != nil {
 				t.Fatal(err)
 			}
 		}
 		doomed = append(doomed, pid)
 	}
-	pub := startPublisher(nd, "feed", 5_000)
+	pub := startPublisher(nd, "feed", 1_000)
 	// Until the doomed subscribers got some of it: they are stopped while
 	// the topic is being delivered to them.
-	test.Eventually(t, 10*time.Second, func() bool { return len(live.Stamps()) >= 100 }, live.Describe)
+	test.Eventually(t, 10*time.Second, func() bool { return len(live.Stamps()) >= 20 }, live.Describe)
 	for i, pid := range doomed {
 		nd.System.Root.Stop(pid)
 		if i == measured-1 {
-			if n := nd.PS.SubscriberCount("feed"); n != 2+watched {
-				t.Errorf("%d measured subscribers stopped: %d subscriptions to feed, want %d (the live ones and the watched doomed ones)", measured, n, 2+watched)
+			if n := nd.PS.SubscriberCount("feed"); n != 2+watchedOnFeed {
+				t.Errorf("%d measured subscribers stopped: %d subscriptions to feed, want %d (the live ones and the watched doomed ones)", measured, n, 2+watchedOnFeed)
 			}
 		}
 	}
@@ -108,7 +116,7 @@ func TestStoppingManySubscribersPrunesThemAndKeepsTheLiveOnes(t *testing.T) {
 		return fmt.Sprintf("not pruned: %d subscriptions to feed (want 2), %d to t0", nd.PS.SubscriberCount("feed"), nd.PS.SubscriberCount("t0"))
 	})
 	// Some more after the pruning, then everything must have arrived.
-	after := pub.started.Load() + 500
+	after := pub.started.Load() + 200
 	test.Eventually(t, 10*time.Second, func() bool { return pub.started.Load() >= after }, func() string { return "publisher stalled" })
 	pub.Stop(t)
 	last := pub.started.Load()
