@@ -137,7 +137,7 @@ var defaultDispatcher = actor.NewDefaultDispatcher(300)
 // Why: a mailbox that yields (runtime.Gosched) goes to the back of Go's
 // global run queue. When 100,000 actors are stopped at once, that queue
 // holds thousands of stopping actors' goroutines, and each yield cost the
-// producer, and the subscriber it delivers to, 10 to 120 ms in a run
+// producer, and the subscriber it delivers to, 10 to 125 ms in a run
 // trace; at 50,000 msg/s a mailbox that handles 300 messages per wait that
 // long falls behind for as long as the stopping lasts, which stalled
 // delivery for seconds (see docs/benchmarks.md, "Subscriptions").
