@@ -49,8 +49,10 @@ func (r *root) Receive(ctx actor.Context) {
 		for g := 0; g < rt.Cfg.PoolSize; g++ {
 			group := uint32(g)
 			props := Props(
-				Child{Name: "producer", Props: actor.PropsFromProducer(stream.NewProducer(rt, group, ctx.Self(), r.d), IgnorePoisonPill())},
-				Child{Name: "worker", Props: actor.PropsFromProducer(stream.NewWorker(rt, group, r.d), IgnorePoisonPill())},
+				Child{Name: "producer", Props: actor.PropsFromProducer(stream.NewProducer(rt, group, ctx.Self(), r.d), IgnorePoisonPill(),
+					actor.WithDispatcher(delivery.DrainingDispatcher()))},
+				Child{Name: "worker", Props: actor.PropsFromProducer(stream.NewWorker(rt, group, r.d), IgnorePoisonPill(),
+					actor.WithDispatcher(delivery.DrainingDispatcher()))},
 			)
 			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
 				rt.Log.Error().Err(err).Msg("spawn pool group")

@@ -2,12 +2,14 @@ package delivery_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/actors/delivery"
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
@@ -17,25 +19,50 @@ import (
 // A Terminated for a subscriber that is still running (protoactor hands
 // such messages from the wire to local actors) does not drop its
 // subscription; a real termination still does.
+//
+// Both kinds: a subscriber spawned with SubscriberMailbox (pruned by its
+// mailbox when told to stop, not watched) and one subscribed
+// WithUnboundedQueue (watched: pruned on a Terminated the process registry
+// confirms).
 func TestForgedTerminatedDoesNotDropALiveSubscription(t *testing.T) {
 	nd := oneNode(t, nil)
 	live := nd.Subscribe(t, "feed")
+	watched := spawnUnmeasured(nd.System)
+	if err := nd.PS.Subscribe(watched.pid, "wfeed", echopubsub.WithUnboundedQueue()); err != nil {
+		t.Fatal(err)
+	}
 	registry := actor.NewPID(nd.System.Address(), core.RootName("bp")+"/registry")
-	forged := &actor.Terminated{Who: live.PID}
-	nd.System.Root.Send(registry, forged) // as a user message
 	proc, ok := nd.System.ProcessRegistry.GetLocal(registry.Id)
 	if !ok {
 		t.Fatal("registry not found")
 	}
-	proc.SendSystemMessage(registry, forged) // as protoactor's remote hands a wire system message over
+	for _, pid := range []*actor.PID{live.PID, watched.pid} {
+		forged := &actor.Terminated{Who: pid}
+		nd.System.Root.Send(registry, forged)    // as a user message
+		proc.SendSystemMessage(registry, forged) // as protoactor's remote hands a wire system message over
+	}
 	// A registry round trip: it answers after handling what was sent
 	// before (system messages first, then user messages in order).
+	if res, err := nd.System.Root.RequestFuture(registry, &delivery.Subscribe{Name: "round-trip", Topic: "rt"}, 5*time.Second).Result(); err != nil || res.(*delivery.Reply).Err != nil {
+		t.Fatalf("registry round trip: %v %v", err, res)
+	}
 	other := nd.Subscribe(t, "other")
 	if n := nd.PS.SubscriberCount("feed"); n != 1 {
 		t.Fatalf("after a forged Terminated: %d subscriptions to feed, want 1", n)
 	}
+	if n := nd.PS.SubscriberCount("wfeed"); n != 1 {
+		t.Fatalf("after a forged Terminated: %d subscriptions to wfeed (a watched subscriber), want 1", n)
+	}
 	nd.Broadcast(t, "feed", &testpb.Stamp{Seq: 1})
+	nd.Broadcast(t, "wfeed", &testpb.Stamp{Seq: 1})
 	test.Eventually(t, 5*time.Second, func() bool { return len(live.Stamps()) == 1 }, live.Describe)
+	test.Eventually(t, 5*time.Second, func() bool { return len(watched.stamps()) == 1 },
+		func() string { return fmt.Sprintf("watched subscriber got %v", watched.stamps()) })
+	if err := nd.System.Root.StopFuture(watched.pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 5*time.Second, func() bool { return nd.PS.SubscriberCount("wfeed") == 0 },
+		func() string { return "a stopped watched subscriber was not pruned" })
 
 	if err := nd.System.Root.StopFuture(live.PID).Wait(); err != nil {
 		t.Fatal(err)
