@@ -464,8 +464,10 @@ func (rp *report) markdown() string {
 	// Subscriptions at scale (issue 19) are measured by Go benchmarks run on
 	// their own (they take minutes and gigabytes): their section is kept in
 	// a file of its own, with the command that reproduces it.
-	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", "subscriptions.md")); err == nil {
-		w("%s\n\n", strings.TrimSpace(string(a)))
+	for _, name := range []string{"subscriptions.md", "durable.md"} {
+		if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", name)); err == nil {
+			w("%s\n\n", strings.TrimSpace(string(a)))
+		}
 	}
 	var prof []result
 	for _, r := range rp.results {
