@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -22,20 +21,14 @@ import (
 // 8-byte big-endian cursors (bbolt's bucket sequence, which a rolled-back
 // transaction does not advance) and whose values are encoded records.
 type BoltStore struct {
-	db *bolt.DB
-
-	mu     sync.Mutex
-	queue  []*boltAppend
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
+	db      *bolt.DB
+	commits *GroupCommit[*boltAppend]
 }
 
 type boltAppend struct {
 	recs []Record
 	gap  *Record           // MarkGap: appended to every stream
 	pos  *ProducerPosition // AppendAt, MarkGap: recorded
-	err  chan error
 }
 
 // synced reports whether a's transaction must be fsynced before it is
@@ -74,8 +67,8 @@ func NewBoltStore(path string) (*BoltStore, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("echopubsub: init bolt store %q: %w", path, err)
 	}
-	s := &BoltStore{db: db, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go s.committer()
+	s := &BoltStore{db: db}
+	s.commits = NewGroupCommit(s.commit)
 	return s, nil
 }
 
@@ -137,57 +130,22 @@ func (s *BoltStore) submit(ctx context.Context, recs []Record, gap *Record, pos 
 	}
 	// The committer works on its own copy: a caller that gave up (ctx)
 	// must not see its records written to later.
-	a := &boltAppend{recs: append([]Record(nil), recs...), gap: gap, pos: pos, err: make(chan error, 1)}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrStoreClosed
-	}
-	s.queue = append(s.queue, a)
-	select { // under mu: Close closes wake under mu
-	case s.wake <- struct{}{}:
-	default: // a wake-up is pending: the committer will find a
-	}
-	s.mu.Unlock()
-	select {
-	case err := <-a.err:
-		if err != nil {
+	a := &boltAppend{recs: append([]Record(nil), recs...), gap: gap, pos: pos}
+	if err := s.commits.Submit(ctx, a); err != nil {
+		if errors.Is(err, ErrStoreClosed) {
 			return err
 		}
-		for i := range recs {
-			recs[i].Cursor = a.recs[i].Cursor
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("echopubsub: bolt append: %w", ctx.Err())
+		return fmt.Errorf("echopubsub: bolt append: %w", err)
 	}
+	for i := range recs {
+		recs[i].Cursor = a.recs[i].Cursor
+	}
+	return nil
 }
 
-// committer commits what is queued, one transaction per round, until
-// Close. It is the store's one goroutine.
-func (s *BoltStore) committer() {
-	defer close(s.done)
-	for range s.wake {
-		for {
-			s.mu.Lock()
-			batch := s.queue
-			s.queue = nil
-			closed := s.closed
-			s.mu.Unlock()
-			if len(batch) == 0 {
-				if closed {
-					return
-				}
-				break
-			}
-			s.commit(batch)
-		}
-	}
-}
-
-// commit writes batch in one transaction. When it fails, each append is
-// retried alone, so that one bad append does not fail the others.
-func (s *BoltStore) commit(batch []*boltAppend) {
+// commit writes batch in one transaction (GroupCommit retries each append
+// alone when it fails).
+func (s *BoltStore) commit(batch []*boltAppend) error {
 	sync := false
 	for _, a := range batch {
 		sync = sync || a.synced()
@@ -217,22 +175,7 @@ func (s *BoltStore) commit(batch []*boltAppend) {
 		}
 		return nil
 	})
-	if err == nil || len(batch) == 1 {
-		for _, a := range batch {
-			a.err <- wrapBolt(err)
-		}
-		return
-	}
-	for _, a := range batch {
-		s.commit([]*boltAppend{a})
-	}
-}
-
-func wrapBolt(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("echopubsub: bolt append: %w", err)
+	return err
 }
 
 // gapTx appends gap to every stream.
@@ -323,15 +266,7 @@ func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit 
 
 // Close waits for queued appends to commit, then closes the file.
 func (s *BoltStore) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.wake)
-	s.mu.Unlock()
-	<-s.done
+	s.commits.Close()
 	return s.db.Close()
 }
 

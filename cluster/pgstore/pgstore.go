@@ -28,7 +28,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,10 +42,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	owned   bool
 	closed  atomic.Bool
-	mu      sync.Mutex // queue, and wake's close
-	queue   []*pending
-	wake    chan struct{}
-	stopped chan struct{}
+	commits *echopubsub.GroupCommit[*pending]
 	streams string // quoted table names
 	records string
 }
@@ -102,8 +98,7 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
-	s.wake, s.stopped = make(chan struct{}, 1), make(chan struct{})
-	go s.committer()
+	s.commits = echopubsub.NewGroupCommit(s.commitBatch)
 	return s, nil
 }
 
@@ -156,61 +151,30 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 			return err
 		}
 	}
-	a := &pending{recs: append([]echopubsub.Record(nil), recs...), done: make(chan error, 1)}
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
-		return echopubsub.ErrStoreClosed
-	}
-	s.queue = append(s.queue, a)
-	select { // under mu: Close closes wake under mu
-	case s.wake <- struct{}{}:
-	default: // a wake-up is pending: the committer will find a
-	}
-	s.mu.Unlock()
-	select {
-	case err := <-a.done:
-		if err != nil {
+	a := &pending{recs: append([]echopubsub.Record(nil), recs...)}
+	if err := s.commits.Submit(ctx, a); err != nil {
+		if errors.Is(err, echopubsub.ErrStoreClosed) {
 			return err
 		}
-		for i := range recs {
-			recs[i].Cursor = a.recs[i].Cursor
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("pgstore: append: %w", ctx.Err())
+		return fmt.Errorf("pgstore: append: %w", err)
 	}
+	for i := range recs {
+		recs[i].Cursor = a.recs[i].Cursor
+	}
+	return nil
 }
 
 // pending is one queued Append (its own copy of the records).
 type pending struct {
 	recs []echopubsub.Record
-	done chan error
 }
 
 // commitTimeout bounds one group commit.
 const commitTimeout = 30 * time.Second
 
-// committer commits what is queued until Close.
-func (s *Store) committer() {
-	defer close(s.stopped)
-	for range s.wake {
-		for {
-			s.mu.Lock()
-			batch := s.queue
-			s.queue = nil
-			s.mu.Unlock()
-			if len(batch) == 0 {
-				break
-			}
-			s.commitBatch(batch)
-		}
-	}
-}
-
-// commitBatch commits batch in one transaction; when it fails, each
-// append is retried alone, so that one bad append does not fail the others.
-func (s *Store) commitBatch(batch []*pending) {
+// commitBatch commits batch in one transaction (GroupCommit retries each
+// append alone when it fails).
+func (s *Store) commitBatch(batch []*pending) error {
 	var all []*echopubsub.Record
 	for _, a := range batch {
 		for i := range a.recs {
@@ -218,17 +182,8 @@ func (s *Store) commitBatch(batch []*pending) {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-	err := s.commit(ctx, all)
-	cancel()
-	if err == nil || len(batch) == 1 {
-		for _, a := range batch {
-			a.done <- err
-		}
-		return
-	}
-	for _, a := range batch {
-		s.commitBatch([]*pending{a})
-	}
+	defer cancel()
+	return s.commit(ctx, all)
 }
 
 // commit appends recs in one transaction and sets their cursors. Streams
@@ -343,14 +298,10 @@ func isClosed(err error) bool { return err != nil && strings.Contains(err.Error(
 // Close waits for queued appends to commit, then closes the pool when New
 // opened it.
 func (s *Store) Close() error {
-	s.mu.Lock()
 	if !s.closed.CompareAndSwap(false, true) {
-		s.mu.Unlock()
 		return nil
 	}
-	close(s.wake)
-	s.mu.Unlock()
-	<-s.stopped // queued appends are committed first
+	s.commits.Close() // queued appends are committed first
 	if s.owned {
 		s.pool.Close()
 	}
