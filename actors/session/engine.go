@@ -221,6 +221,25 @@ func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64)
 		e.finishClose(s, closed, e.lim.Action == ExitOwner)
 		return ClosedHardQueue
 	}
+	id, ok := e.reserve(s)
+	if !ok {
+		s.mu.Unlock()
+		return Refused
+	}
+	if !s.pressure && len(s.res) > e.lim.SoftQueue {
+		s.pressure = true
+		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED)
+	}
+	e.out.Send(s.owner, build(id))
+	s.mu.Unlock()
+	return Delivered
+}
+
+// reserve takes the next delivery id of s and a place in the node-wide
+// table, or refuses when the table is full (the session is told
+// RESERVATIONS_FULL once, and RESERVATIONS_RESUMED with the next reservation
+// that fits). Caller holds s.mu.
+func (e *Engine) reserve(s *Session) (uint64, bool) {
 	if e.reserved.Add(1) > e.lim.MaxReservations {
 		e.reserved.Add(-1)
 		s.refused++
@@ -229,8 +248,7 @@ func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64)
 			s.full = true
 			e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL)
 		}
-		s.mu.Unlock()
-		return Refused
+		return 0, false
 	}
 	if s.full {
 		s.full = false
@@ -240,13 +258,7 @@ func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64)
 	id := s.next
 	s.next++
 	s.res[id] = struct{}{}
-	if !s.pressure && len(s.res) > e.lim.SoftQueue {
-		s.pressure = true
-		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED)
-	}
-	e.out.Send(s.owner, build(id))
-	s.mu.Unlock()
-	return Delivered
+	return id, true
 }
 
 // pressure sends one SessionPressure transition to s's owner. Caller holds

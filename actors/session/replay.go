@@ -1,7 +1,5 @@
 package session
 
-import "github.com/echopubsub/echopubsub/messages"
-
 // Offer hands one replayed durable delivery to s's owner when the session's
 // pressure rules let it in without raising pressure: the session's pending
 // count stays at or below SoftQueue, and the node-wide table has room.
@@ -20,23 +18,10 @@ func (e *Engine) Offer(s *Session, build func(deliveryID uint64) interface{}) Ou
 	if len(s.res)+1 > e.lim.SoftQueue {
 		return Refused
 	}
-	if e.reserved.Add(1) > e.lim.MaxReservations {
-		e.reserved.Add(-1)
-		s.refused++
-		if !s.full {
-			s.full = true
-			e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_FULL)
-		}
+	id, ok := e.reserve(s)
+	if !ok {
 		return Refused
 	}
-	if s.full {
-		s.full = false
-		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_RESERVATIONS_RESUMED)
-		s.refused = 0
-	}
-	id := s.next
-	s.next++
-	s.res[id] = struct{}{}
 	e.out.Send(s.owner, build(id))
 	return Delivered
 }
