@@ -53,24 +53,7 @@ const (
 // clientFrame is one decoded client command. Fields that an op does not
 // use must be absent (the decoder refuses them), so a frame means one thing.
 type clientFrame struct {
-	Op string `json:"op"`
-	ID string `json:"id,omitempty"` // the client's correlation id, echoed
-
-	// SessionID may be given; it must then be the socket's own session.
-	SessionID *string `json:"session_id,omitempty"`
-
-	Topic       string          `json:"topic,omitempty"`
-	Class       string          `json:"class,omitempty"`
-	Context     json.RawMessage `json:"context,omitempty"`
-	DeliveryID  *uint64         `json:"delivery_id,omitempty"`
-	DeliveryIDs []uint64        `json:"delivery_ids,omitempty"`
-	Stream      string          `json:"stream,omitempty"`
-	Limit       *int            `json:"limit,omitempty"`
-	From        *uint64         `json:"from,omitempty"`
-	To          string          `json:"to,omitempty"`
-	Type        string          `json:"type,omitempty"`
-	Payload     json.RawMessage `json:"payload,omitempty"`
-
+	wireFrame
 	context map[string]string // Context, decoded
 }
 
@@ -86,7 +69,9 @@ func ferr(code, format string, args ...interface{}) *frameError {
 	return &frameError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// wireFrame is the JSON shape decoded; Raw is not on the wire.
+// wireFrame is the JSON shape of a client frame. SessionID may be given;
+// it must then be the socket's own session. ID is the client's correlation
+// id, echoed.
 type wireFrame struct {
 	Op          string          `json:"op"`
 	ID          string          `json:"id"`
@@ -135,9 +120,7 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return idOnly(b), ferr(CodeMalformedFrame, "frame has data after its JSON object")
 	}
-	f := &clientFrame{Op: w.Op, ID: w.ID, SessionID: w.SessionID, Topic: w.Topic, Class: w.Class, Context: w.Context,
-		DeliveryID: w.DeliveryID, DeliveryIDs: w.DeliveryIDs, Stream: w.Stream, Limit: w.Limit, From: w.From,
-		To: w.To, Type: w.Type, Payload: w.Payload}
+	f := &clientFrame{wireFrame: w}
 	if len(f.ID) > maxFrameIDLen {
 		f.ID = ""
 		return f, ferr(CodeInvalidArgument, "id is longer than %d bytes", maxFrameIDLen)
@@ -206,7 +189,7 @@ func idOnly(b []byte) *clientFrame {
 	if json.Unmarshal(b, &w) != nil || w.ID == "" || len(w.ID) > maxFrameIDLen {
 		return nil
 	}
-	return &clientFrame{Op: w.Op, ID: w.ID}
+	return &clientFrame{wireFrame: wireFrame{Op: w.Op, ID: w.ID}}
 }
 
 // clip shortens a string echoed into an error frame.
