@@ -222,6 +222,12 @@ func (p *producer) Receive(ctx actor.Context) {
 			p.d.Expired(&messages.CursorExpired{Node: p.node, Group: p.group, Reason: "producer restarted"})
 		}
 		ctx.Request(p.root, &core.MembersQuery{})
+		// Take what is queued: a producer spawned anew (its pool group
+		// restarted) has none of the old one's mailbox, and a WritesReady
+		// sent while no producer was registered was a dead letter; the
+		// queue's notified flag would stay set and no WritesReady be sent
+		// again.
+		p.takeWrites(ctx)
 	case *actor.Restarting, *actor.Stopping:
 		p.dead = true
 		p.stopTimers()
