@@ -184,32 +184,35 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
 	d.SetMetrics(rt.Metrics)
+	// From here the edge guard (RemoteConfig) checks requests to this
+	// pubsub's tree (members only): before the tree exists, as a request to
+	// a pubsub the guard does not know passes unchecked to protoactor.
+	prev := pubsubs.add(rt)
 	root, err := system.Root.SpawnNamed(supervision.Tree(rt, d), core.RootName(cfg.Name))
-	if err != nil {
+	if err != nil { // one of that name runs already: it stays entered
+		pubsubs.putBack(rt, prev)
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
-	// From here the edge guard (RemoteConfig) lets this pubsub's members in.
-	pubsubs.add(rt)
 	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID()}
 	if err := ps.waitReady(); err != nil {
 		rt.Close()
-		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(root).Wait()
+		pubsubs.remove(rt) // after the tree stopped (see pubsubs.add)
 		return nil, fmt.Errorf("echopubsub: start %q: tree did not come up: %w", cfg.Name, err)
 	}
 	if err := ps.startSessions(); err != nil {
 		rt.Close()
-		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(root).Wait()
+		pubsubs.remove(rt) // after the tree stopped (see pubsubs.add)
 		return nil, fmt.Errorf("echopubsub: start %q: sessions: %w", cfg.Name, err)
 	}
 	ps.sess.engine.SetMetrics(rt.Metrics)
 	self := cluster.Member{Address: addr, Name: addr, Incarnation: rt.Incarnation}
 	if err := o.membership.Start(cluster.Env{System: system, Self: self, Service: cfg.Name, Owner: root, Log: rt.Log}); err != nil {
 		rt.Close()
-		pubsubs.remove(rt)
 		_ = system.Root.StopFuture(ps.sess.manager).Wait()
 		_ = system.Root.StopFuture(root).Wait()
+		pubsubs.remove(rt) // after the tree stopped (see pubsubs.add)
 		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
 	}
 	rt.Log.Info().Int("pool_size", cfg.PoolSize).Int("buffer_size", cfg.BufferSize).Msg("echopubsub started")

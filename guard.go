@@ -59,7 +59,9 @@ type pubsubTable struct {
 	m  map[string]map[string]*core.Runtime
 }
 
-func (t *pubsubTable) add(rt *core.Runtime) {
+// add enters rt, returning the runtime it replaces (nil: none), for
+// putBack should rt's tree not start.
+func (t *pubsubTable) add(rt *core.Runtime) (prev *core.Runtime) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	byName := t.m[rt.Node]
@@ -67,13 +69,22 @@ func (t *pubsubTable) add(rt *core.Runtime) {
 		byName = map[string]*core.Runtime{}
 		t.m[rt.Node] = byName
 	}
+	prev = byName[rt.Cfg.Name]
 	byName[rt.Cfg.Name] = rt
+	return prev
 }
 
-func (t *pubsubTable) remove(rt *core.Runtime) {
+func (t *pubsubTable) remove(rt *core.Runtime) { t.putBack(rt, nil) }
+
+// putBack replaces rt, if it is still entered, with prev (nil: removes it).
+func (t *pubsubTable) putBack(rt, prev *core.Runtime) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if byName := t.m[rt.Node]; byName != nil && byName[rt.Cfg.Name] == rt {
+		if prev != nil {
+			byName[rt.Cfg.Name] = prev
+			return
+		}
 		delete(byName, rt.Cfg.Name)
 		if len(byName) == 0 {
 			delete(t.m, rt.Node)
@@ -131,8 +142,11 @@ func fieldNumber(m proto.Message, name string) protowire.Number {
 }
 
 const (
-	treePrefix   = "echopubsub/"
-	consulPrefix = "echopubsub-consul/"
+	// protoLocalAddress is protoactor's address for this actor system
+	// (actor.localAddress, unexported): a PID with it is delivered locally.
+	protoLocalAddress = "nonhost"
+	treePrefix        = "echopubsub/"
+	consulPrefix      = "echopubsub-consul/"
 	// maxTold bounds the guard's memory of what it already logged.
 	maxTold = 4096
 )
@@ -347,6 +361,11 @@ func (s *guardedStream) checkTree(env *remote.MessageEnvelope, target, sender *a
 	_, claims := nodeField[typ]
 	var reason string
 	switch {
+	case rt == nil && (target.Address == protoLocalAddress || target.Address == ""):
+		// protoactor hands a target addressed "nonhost" to the local actor
+		// of that id: a live tree actor, whose pubsub the table knows only
+		// under the node's address. Such a target is no peer's to name.
+		reason = fmt.Sprintf("target %s/%s is not addressed to a node", target.Address, target.Id)
 	case rt == nil:
 		// No pubsub of that name runs here (never started, or stopped while
 		// the remote still runs): nothing here can act on the request, so it
@@ -439,7 +458,7 @@ func (s *guardedStream) checkAck(env *remote.MessageEnvelope, target *actor.PID,
 	switch {
 	case s.cert != nil && !CertAllows(s.cert, node):
 		reason = fmt.Sprintf("names worker node %q, which certificate %s is not for", node, certName(s.cert))
-	case !member && (runs || target.Address == "nonhost" || target.Address == ""):
+	case !member && (runs || target.Address == protoLocalAddress || target.Address == ""):
 		reason = fmt.Sprintf("names worker node %q, not a member of any pubsub on %s", node, target.Address)
 	default:
 		return true, nil
