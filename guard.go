@@ -147,6 +147,9 @@ const (
 	protoLocalAddress = "nonhost"
 	treePrefix        = "echopubsub/"
 	consulPrefix      = "echopubsub-consul/"
+	// sessionsPrefix names the session manager and its session actors
+	// (sessionManagerName): local only, they take nothing from the wire.
+	sessionsPrefix = "echopubsub-sessions/"
 	// maxTold bounds the guard's memory of what it already logged.
 	maxTold = 4096
 )
@@ -308,7 +311,7 @@ func (s *guardedStream) check(env *remote.MessageEnvelope, target, sender *actor
 	switch {
 	case strings.HasPrefix(target.Id, treePrefix):
 		return s.checkTree(env, target, sender, typ)
-	case strings.HasPrefix(target.Id, consulPrefix):
+	case strings.HasPrefix(target.Id, consulPrefix), strings.HasPrefix(target.Id, sessionsPrefix):
 		s.dropTree(target, sender, typ)
 		return false, nil
 	case typ == typeBatchAck || typ == typeRegisterAck:
