@@ -98,7 +98,9 @@ func TestAdopterModuleGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := goLine.FindSubmatch(tidied); m == nil || string(m[1]) != libGo {
+	if m := goLine.FindSubmatch(tidied); m == nil {
+		t.Errorf("go mod tidy left the adopter's go.mod without a go line:\n%s", tidied)
+	} else if string(m[1]) != libGo {
 		t.Errorf("go mod tidy changed the adopter's go line from %s to %s: a dependency needs a newer Go than the library's go.mod says", libGo, m[1])
 	}
 }
