@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -162,7 +163,7 @@ func TestSubscriberGetsEverythingPublishedAfterSubscribeUnderChurn(t *testing.T)
 					return
 				}
 				after := pub.started.Load() // seqs above it were published after Subscribe returned
-				ok := waitFor(20*time.Second, func() bool {
+				ok := proc.Until(20*time.Second, time.Millisecond, func() bool {
 					s := c.Stamps()
 					return len(s) > 0 && s[len(s)-1] > after+50
 				})
@@ -210,19 +211,6 @@ func head(s []uint64) []uint64 {
 		return s[:10]
 	}
 	return s
-}
-
-// waitFor polls cond until it holds or d passes (a check, not a settling
-// sleep: it returns as soon as cond holds).
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // latencies is a subscriber that records publish-to-receipt times.

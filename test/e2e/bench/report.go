@@ -574,15 +574,7 @@ func (rp *report) targets(b *strings.Builder) {
 		}
 	}
 	w("### Targets (issue 8, %d nodes)\n\n| target | measured | met? |\n|---|---|---|\n", first)
-	row := func(name string, have bool, val string, met bool) {
-		m := "no"
-		if !have {
-			m, val = "not measured", "-"
-		} else if met {
-			m = "yes"
-		}
-		w("| %s | %s | %s |\n", name, val, m)
-	}
+	row := func(name string, have bool, val string, met bool) { targetRow(b, name, have, val, met) }
 	o10, ok10 := get(sysOurs, 100*time.Millisecond, 10)
 	row("100 ms, 10 B >= 1,000,000 msg/s", ok10, commas(o10), o10 >= 1e6)
 	o200, ok200 := get(sysOurs, 100*time.Millisecond, 200)
@@ -714,15 +706,7 @@ func (rp *report) targets17(b *strings.Builder) {
 		first = rp.opts.nodes[0]
 	}
 	w("### Targets (issue 17, %d nodes unless said)\n\n| target | measured | met? |\n|---|---|---|\n", first)
-	row := func(name string, have bool, val string, met bool) {
-		m := "no"
-		if !have {
-			m, val = "not measured", "-"
-		} else if met {
-			m = "yes"
-		}
-		w("| %s | %s | %s |\n", name, val, m)
-	}
+	row := func(name string, have bool, val string, met bool) { targetRow(b, name, have, val, met) }
 	get := func(sys string, nodes int, iv time.Duration, pad int) (result, bool) {
 		r, ok := rp.find(sys, nodes, iv, pad)
 		return r, ok && r.Valid && r.MsgPerSec > 0
@@ -785,4 +769,16 @@ func (rp *report) targets17(b *strings.Builder) {
 		row("8 nodes: delivered msg/s >= 80% of 3 nodes", false, "", false)
 	}
 	w("\nHeap per buffered message (target: payload + 32 B): `BenchmarkStoreHeap` under \"Go micro-benchmarks\" below. CPU per delivered message, per system: \"CPU per delivered message\" below.\n\n")
+}
+
+// targetRow writes one row of a targets table: the figure and whether it
+// meets the target ("not measured" when the run has no figure for it).
+func targetRow(b *strings.Builder, name string, have bool, val string, met bool) {
+	m := "no"
+	if !have {
+		m, val = "not measured", "-"
+	} else if met {
+		m = "yes"
+	}
+	fmt.Fprintf(b, "| %s | %s | %s |\n", name, val, m)
 }
