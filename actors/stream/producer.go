@@ -308,7 +308,7 @@ func (p *producer) capacity(ctx actor.Context, pe *peer, lag uint64) {
 		return
 	}
 	p.lastWarn = time.Now()
-	p.log.Warn().Str("node", pe.m.Name).Uint64("lag", lag).Int("buffer_size", p.cfg.BufferSize).
+	p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Int("buffer_size", p.cfg.BufferSize).
 		Msg("buffer capacity warning: a node is far behind")
 	ctx.ActorSystem().EventStream.Publish(&messages.CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
 		Node: pe.m.Name, Lag: lag, Capacity: p.cfg.BufferSize})
@@ -328,7 +328,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	}
 	d, err := p.ring.Decide(pe.next)
 	if err != nil { // a cursor ahead of the write cursor: never set by us
-		p.log.Error().Err(err).Str("node", pe.m.Name).Msg("read cursor ahead of write cursor: re-registering")
+		p.log.Error().Err(err).Str("peer", pe.m.Name).Msg("read cursor ahead of write cursor: re-registering")
 		pe.next, pe.registered = p.ring.WriteCursor(), false
 		p.rewind(pe)
 		return
@@ -526,7 +526,7 @@ func (p *producer) batchV1(b *messages.Batch) *messages.Batch {
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
-	p.log.Warn().Str("node", pe.m.Name).Uint64("missed", d.Missed).Msg("node fell behind the buffer: sending cursor expired")
+	p.log.Warn().Str("peer", pe.m.Name).Uint64("missed", d.Missed).Msg("node fell behind the buffer: sending cursor expired")
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.BatchAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
@@ -566,7 +566,7 @@ func (p *producer) register(ctx actor.Context, pe *peer) {
 			// A version 1 node (it lists no versions, and refuses ours in
 			// version 1's words): speak version 1 to this incarnation of it.
 			pe.version, pe.probes = messages.PreviousProtocolVersion, 0
-			p.log.Info().Str("node", pe.m.Name).Msg("node speaks protocol version 1 only: falling back to it until it is upgraded")
+			p.log.Info().Str("peer", pe.m.Name).Msg("node speaks protocol version 1 only: falling back to it until it is upgraded")
 			p.registerV1(ctx, pe)
 			return true
 		}
@@ -629,7 +629,7 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	}
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
-		p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
+		p.log.Warn().Str("peer", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
 	}
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.RegisterAck)
@@ -654,7 +654,7 @@ func (p *producer) registerV1(ctx actor.Context, pe *peer) {
 		next = d.From
 		if d.Kind == ringbuf.Expired {
 			next, missed = d.To, true
-			p.log.Warn().Str("node", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
+			p.log.Warn().Str("peer", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
 		}
 	}
 	req := &messages.Register{ProtocolVersion: messages.PreviousProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
@@ -693,17 +693,17 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 		pe.version = 0 // upgraded: the next registration speaks the current version
 	}
 	if ack.NextCursor > p.ring.WriteCursor() { // never written by this incarnation: say so, resume at the write cursor
-		p.log.Error().Str("node", pe.m.Name).Uint64("worker_next", ack.NextCursor).Uint64("write", p.ring.WriteCursor()).
+		p.log.Error().Str("peer", pe.m.Name).Uint64("worker_next", ack.NextCursor).Uint64("write", p.ring.WriteCursor()).
 			Msg("worker expects a cursor this producer never wrote")
 		ack.NextCursor = p.ring.WriteCursor()
 	}
 	if pe.workerInc != 0 && pe.workerInc != ack.WorkerIncarnation {
-		p.log.Info().Str("node", pe.m.Name).Msg("node restarted: it gets what was written since")
+		p.log.Info().Str("peer", pe.m.Name).Msg("node restarted: it gets what was written since")
 	}
 	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
 	p.rewind(pe) // batches of a previous registration count for nothing here
 	pe.m.Incarnation = ack.WorkerIncarnation
-	p.log.Info().Str("node", pe.m.Name).Uint64("next", pe.next).Uint32("protocol", p.speaks(pe)).Msg("registered with node")
+	p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Uint32("protocol", p.speaks(pe)).Msg("registered with node")
 	p.service(ctx, pe)
 }
 
@@ -819,7 +819,7 @@ func (p *producer) request(ctx actor.Context, pe *peer, req proto.Message, done 
 // answered records that pe answered a call: its failures end.
 func (p *producer) answered(pe *peer) {
 	if pe.failures > 0 {
-		p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
+		p.log.Info().Str("peer", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 	}
 	pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
 	pe.gauge.Failures.Store(0)
@@ -830,7 +830,7 @@ func (p *producer) answered(pe *peer) {
 func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
 	if pe.failures == 1 || pe.failures%50 == 0 {
-		p.log.Warn().Str("node", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
+		p.log.Warn().Str("peer", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
 	}
 	pe.retrying = true
 	pe.retryCancel = p.sched.SendOnce(p.cfg.RetryInterval, ctx.Self(), &retryPeer{node: pe.m.Name})
@@ -866,7 +866,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
-				p.log.Info().Str("node", m.Name).Msg("node is back in the membership: resuming from its read cursor")
+				p.log.Info().Str("peer", m.Name).Msg("node is back in the membership: resuming from its read cursor")
 			}
 			pe.absent = false
 			if pe.forgetCancel != nil {
@@ -888,7 +888,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	case cluster.Left:
 		if pe != nil && !pe.absent {
 			pe.absent = true
-			p.log.Info().Str("node", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
+			p.log.Info().Str("peer", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
 			p.checkDrain(ctx)
 		}
@@ -902,7 +902,7 @@ func (p *producer) forget(node string) {
 	}
 	delete(p.peers, node)
 	p.m.Forget(p.group, node)
-	p.log.Info().Str("node", node).Msg("forgot node after ForgetAfter: if it returns, its worker's cursor decides what it gets")
+	p.log.Info().Str("peer", node).Msg("forgot node after ForgetAfter: if it returns, its worker's cursor decides what it gets")
 }
 
 func (p *producer) stats() *messages.GroupStats {
