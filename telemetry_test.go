@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -64,6 +67,23 @@ func (m *meter) value(t *testing.T, name string) int64 {
 		}
 	}
 	return v
+}
+
+// ratio is the named float gauge's value (its one data point).
+func (m *meter) ratio(t *testing.T, name string) float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("collect: %v", err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if d, ok := mt.Data.(metricdata.Gauge[float64]); ok && mt.Name == name && len(d.DataPoints) == 1 {
+				return d.DataPoints[0].Value
+			}
+		}
+	}
+	return -1
 }
 
 func (m *meter) eventually(t *testing.T, name string, cond func(int64) bool, want string) {
@@ -132,9 +152,9 @@ func TestMetricsAndEventsMove(t *testing.T) {
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
 	wantStamps(t, c, 1, 2, 3, 4, 5)
-	m0.eventually(t, "echopubsub.messages.published", func(v int64) bool { return v == 5 }, "5")
-	m0.eventually(t, "echopubsub.messages.delivered", func(v int64) bool { return v == 5 }, "5 (own node, at write time)")
-	m1.eventually(t, "echopubsub.messages.delivered", func(v int64) bool { return v == 5 }, "5 (received)")
+	m0.eventually(t, "messaging.client.sent.messages", func(v int64) bool { return v == 5 }, "5")
+	m0.eventually(t, "messaging.client.consumed.messages", func(v int64) bool { return v == 5 }, "5 (own node, at write time)")
+	m1.eventually(t, "messaging.client.consumed.messages", func(v int64) bool { return v == 5 }, "5 (received)")
 	m0.eventually(t, "echopubsub.batches.sent", func(v int64) bool { return v >= 1 }, ">= 1")
 	m0.eventually(t, "echopubsub.batches.acked", func(v int64) bool { return v >= 1 }, ">= 1")
 	m0.eventually(t, "echopubsub.batch.round_trip", func(v int64) bool { return v >= 1 }, ">= 1 recorded")
@@ -142,13 +162,15 @@ func TestMetricsAndEventsMove(t *testing.T) {
 
 	// A cut peer: retries, failures and lag grow.
 	test.Partition(nodes, 1)
-	for i := uint64(6); i <= 12; i++ { // 7 held of 10: lag 7, fill 70 %, a capacity warning
+	for i := uint64(6); i <= 12; i++ { // 7 held of 10: lag 7, fill 0.7, a capacity warning
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
 	m0.eventually(t, "echopubsub.retries", func(v int64) bool { return v >= 2 }, ">= 2")
 	m0.eventually(t, "echopubsub.peer.failures", func(v int64) bool { return v >= 2 }, ">= 2")
 	m0.eventually(t, "echopubsub.peer.lag", func(v int64) bool { return v == 7 }, "7")
-	m0.eventually(t, "echopubsub.peer.buffer_fill", func(v int64) bool { return v == 70 }, "70 (%)")
+	var fill float64
+	test.Eventually(t, 10*time.Second, func() bool { fill = m0.ratio(t, "echopubsub.peer.buffer_fill"); return fill == 0.7 },
+		func() string { return fmt.Sprintf("echopubsub.peer.buffer_fill = %v, want 0.7 (7 of 10)", fill) })
 	for _, kind := range []string{"sync_failed", "retry_scheduled", "capacity_warning"} {
 		test.Eventually(t, 5*time.Second, func() bool { return ev.count(kind) >= 1 }, test.Sprintf("no %s event", kind))
 	}
@@ -200,4 +222,149 @@ func TestHealthAndReadiness(t *testing.T) {
 	if p := h.Peers[0]; p.Node != nodes[1].Addr || !p.Registered || p.LastAckAge < 0 || p.Failures != 0 {
 		t.Fatalf("ready health peer %+v", p)
 	}
+}
+
+// scrape is one node's metrics as a Prometheus server reads them: the
+// OpenTelemetry SDK behind the Prometheus exporter, as cmd/demo serves them.
+type scrape struct{ reg *prometheus.Registry }
+
+func newScrape(t *testing.T) (*scrape, echopubsub.Option) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return &scrape{reg: reg}, echopubsub.WithMeterProvider(mp)
+}
+
+func (s *scrape) families(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	fs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fs {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// label is the value of a series' label (empty: none).
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// What the documented alerts and dashboards read is there as Prometheus
+// names it: every counter has its series at 0 before its first event (per
+// group, per peer, per cause or state), so increase(x_total[5m]) > 0 sees
+// the first one; the round-trip histogram is in seconds with buckets from
+// 100 us to 10 s; the buffer fill is a 0..1 ratio; the two counters of the
+// messaging semantic conventions carry its attributes.
+func TestMetricsAsPrometheusReadsThem(t *testing.T) {
+	cfg := fastConfig()
+	cfg.BufferSize = 10
+	log := test.Logger(t, zerolog.InfoLevel)
+	nodes, addrs := test.NewNodes(t, 2, log)
+	s0, opt0 := newScrape(t)
+	_, opt1 := newScrape(t)
+	nodes[0].Start(t, cfg, staticOf(addrs), opt0)
+	nodes[1].Start(t, cfg, staticOf(addrs), opt1)
+
+	// Before anything was broadcast: node 0's producer lists node 1.
+	var fs map[string]*dto.MetricFamily
+	test.Eventually(t, 10*time.Second, func() bool {
+		fs = s0.families(t)
+		return len(fs["echopubsub_cursor_expired_sent_total"].GetMetric()) == 1
+	}, test.Sprintf("no echopubsub_cursor_expired_sent_total series for the peer"))
+	for name, series := range map[string]int{ // counter -> series it has from the start
+		"messaging_client_sent_messages_total":           1, // per group (PoolSize 1)
+		"messaging_client_consumed_messages_total":       1,
+		"echopubsub_cursor_expired_received_total":       1,
+		"echopubsub_batches_sent_total":                  1, // per peer
+		"echopubsub_batches_acked_total":                 1,
+		"echopubsub_retries_total":                       1,
+		"echopubsub_cursor_expired_sent_total":           1,
+		"echopubsub_subscriber_dropped_total":            3, // per cause
+		"echopubsub_backpressure_notices_total":          2, // per state
+		"echopubsub_session_slow_consumer_actions_total": 2,
+		"echopubsub_session_pressure_notices_total":      4,
+		"echopubsub_session_refused_total":               1,
+	} {
+		f := fs[name]
+		if f == nil {
+			t.Errorf("%s: no series before its first event, want %d at 0", name, series)
+			continue
+		}
+		if f.GetType() != dto.MetricType_COUNTER || len(f.GetMetric()) != series {
+			t.Errorf("%s: %v with %d series before any event, want a counter with %d", name, f.GetType(), len(f.GetMetric()), series)
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if name != "messaging_client_sent_messages_total" && name != "echopubsub_retries_total" && m.GetCounter().GetValue() != 0 {
+				t.Errorf("%s%v = %v before any event, want 0", name, m.GetLabel(), m.GetCounter().GetValue())
+			}
+		}
+	}
+	if m := fs["echopubsub_cursor_expired_sent_total"].GetMetric()[0]; label(m, "peer") != nodes[1].Addr || label(m, "group") != "0" {
+		t.Errorf("cursor_expired_sent series labels %v, want peer %s and group 0", m.GetLabel(), nodes[1].Addr)
+	}
+	for _, name := range []string{"messaging_client_sent_messages_total", "messaging_client_consumed_messages_total"} {
+		ms := fs[name].GetMetric()
+		if len(ms) == 0 {
+			continue // reported above
+		}
+		m := ms[0]
+		if label(m, "messaging_system") != "echopubsub" || label(m, "messaging_operation_name") == "" ||
+			label(m, "messaging_operation_type") == "" || label(m, "pubsub") != cfg.Name {
+			t.Errorf("%s labels %v, want messaging_system, messaging_operation_name and _type, pubsub", name, m.GetLabel())
+		}
+	}
+
+	c := nodes[1].Subscribe(t, "match")
+	nodes[0].Broadcast(t, "match", stamp(1))
+	wantStamps(t, c, 1)
+	test.Eventually(t, 10*time.Second, func() bool {
+		fs = s0.families(t)
+		return len(fs["echopubsub_batch_round_trip_seconds"].GetMetric()) == 1
+	}, test.Sprintf("no echopubsub_batch_round_trip_seconds series after a delivered batch"))
+	h := fs["echopubsub_batch_round_trip_seconds"].GetMetric()[0].GetHistogram()
+	want := []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	var got []float64
+	for _, b := range h.GetBucket() {
+		got = append(got, b.GetUpperBound())
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("round-trip buckets %v, want %v (seconds)", got, want)
+	}
+	if h.GetSampleCount() < 1 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 10*float64(h.GetSampleCount()) {
+		t.Errorf("round trips: %d samples summing to %v s, want a few ms each", h.GetSampleCount(), h.GetSampleSum())
+	}
+	fill := fs["echopubsub_peer_buffer_fill_ratio"]
+	if fill.GetType() != dto.MetricType_GAUGE || len(fill.GetMetric()) != 1 {
+		t.Fatalf("echopubsub_peer_buffer_fill_ratio: %v, want a gauge per peer", fill)
+	}
+	for name := range fs {
+		if strings.HasSuffix(name, "_percent") {
+			t.Errorf("%s: want ratios 0..1, not percentages", name)
+		}
+	}
+
+	// A cut peer 7 of 10 behind: fill 0.7.
+	test.Partition(nodes, 1)
+	for i := uint64(2); i <= 8; i++ {
+		nodes[0].Broadcast(t, "match", stamp(i))
+	}
+	var v float64
+	test.Eventually(t, 10*time.Second, func() bool {
+		v = s0.families(t)["echopubsub_peer_buffer_fill_ratio"].GetMetric()[0].GetGauge().GetValue()
+		return v == 0.7
+	}, func() string { return fmt.Sprintf("echopubsub_peer_buffer_fill_ratio = %v, want 0.7", v) })
 }

@@ -334,8 +334,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		return
 	}
 	p.capacity(ctx, pe, d.Lag)
-	pe.gauge.Lag.Store(int64(d.Lag))
-	pe.gauge.Fill.Store(int64(d.Lag * 100 / uint64(p.cfg.BufferSize)))
+	pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
 	switch d.Kind {
 	case ringbuf.CaughtUp:
 		if p.drainTo != nil && !pe.retired && pe.flight == 0 {

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -12,18 +13,24 @@ import (
 
 // Metrics are the pubsub's OpenTelemetry instruments. Attributes have
 // bounded cardinality: pubsub, group, and the peer node; never a topic or a
-// subscriber. See docs/operations.md for what each means.
+// subscriber. Every counter is recorded at 0 as soon as its attributes are
+// known (per pubsub and group at start, per peer when the producer first
+// lists it), so that a series exists before its first event and
+// increase(...[5m]) sees that event. The two counters OpenTelemetry's
+// messaging semantic conventions define carry their names and attributes.
+// See docs/operations.md for what each means.
 type Metrics struct {
-	Published, Delivered            metric.Int64Counter
-	BatchesSent, BatchesAcked       metric.Int64Counter
-	Retries                         metric.Int64Counter
-	ExpiredSent, ExpiredReceived    metric.Int64Counter
-	RoundTrip                       metric.Float64Histogram
-	gauges                          sync.Map // gaugeKey -> *PeerGauge
-	registration                    metric.Registration
-	groupAttrs                      []metric.MeasurementOption
-	pubsubAttr                      attribute.KeyValue
-	lagGauge, fillGauge, failsGauge metric.Int64ObservableGauge
+	Published, Delivered         ConventionCounter
+	BatchesSent, BatchesAcked    metric.Int64Counter
+	Retries                      metric.Int64Counter
+	ExpiredSent, ExpiredReceived metric.Int64Counter
+	RoundTrip                    metric.Float64Histogram
+	gauges                       sync.Map // gaugeKey -> *PeerGauge
+	registration                 metric.Registration
+	groupAttrs                   []metric.MeasurementOption
+	pubsubAttr                   attribute.KeyValue
+	lagGauge, failsGauge         metric.Int64ObservableGauge
+	fillGauge                    metric.Float64ObservableGauge
 
 	// Back-pressure (delivery to this node's subscribers) and sessions.
 	dropped, bpNotices            metric.Int64Counter
@@ -51,9 +58,31 @@ type gaugeKey struct {
 // PeerGauge is what the producer last saw of one peer, read by the gauges'
 // callback (atomics: the producer writes, the exporter reads).
 type PeerGauge struct {
-	Lag, Fill, Failures atomic.Int64
-	Attrs               metric.MeasurementOption
+	Lag, Failures atomic.Int64
+	fill          atomic.Uint64 // math.Float64bits of lag / BufferSize, at most 1
+	Attrs         metric.MeasurementOption
 }
+
+// SetLag records the peer's lag and its share of the buffer (1: the next
+// message it needs is being overwritten; a lag past the buffer is 1 too).
+func (pg *PeerGauge) SetLag(lag uint64, bufferSize int) {
+	pg.Lag.Store(int64(lag))
+	pg.fill.Store(math.Float64bits(min(float64(lag)/float64(bufferSize), 1)))
+}
+
+// RoundTripBuckets are the boundaries (seconds) of echopubsub.batch.round_trip:
+// from 100 us (a loopback round trip) to 10 s (beyond any CallTimeout one
+// would set), three per decade.
+var RoundTripBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Attributes of OpenTelemetry's messaging semantic conventions, on the two
+// instruments those conventions define.
+const (
+	SystemKey    = "messaging.system"         // always "echopubsub"
+	OperationKey = "messaging.operation.name" // "broadcast" (sent) or "deliver" (consumed)
+	TypeKey      = "messaging.operation.type" // "send" or "process"
+)
 
 // NewMetrics creates the instruments on mp (nil: a no-op provider).
 func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics, error) {
@@ -63,46 +92,51 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	m := &Metrics{pubsubAttr: attribute.String("pubsub", pubsub)}
 	meter := mp.Meter("github.com/echopubsub/echopubsub")
 	var err error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, e := meter.Int64Counter(name, metric.WithDescription(desc))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, e := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		if e != nil && err == nil {
 			err = e
 		}
 		return c
 	}
-	m.Published = counter("echopubsub.messages.published", "Messages written to a producer's buffer.")
-	m.Delivered = counter("echopubsub.messages.delivered", "Messages handed to this node's subscribers (own writes and received batches).")
-	m.BatchesSent = counter("echopubsub.batches.sent", "Batches sent to a peer node (retries included).")
-	m.BatchesAcked = counter("echopubsub.batches.acked", "Batches a peer node acknowledged.")
-	m.Retries = counter("echopubsub.retries", "Failed calls to a peer node, each retried after RetryInterval.")
-	m.ExpiredSent = counter("echopubsub.cursor_expired.sent", "CursorExpired told to a peer node by this node's producers.")
-	m.ExpiredReceived = counter("echopubsub.cursor_expired.received", "CursorExpired notices this node's workers gave their subscribers.")
-	if m.RoundTrip, err = meter.Float64Histogram("echopubsub.batch.round_trip", metric.WithUnit("s"),
-		metric.WithDescription("Time from sending a batch to its acknowledgement.")); err != nil {
-		return nil, err
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, e := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if e != nil && err == nil {
+			err = e
+		}
+		return g
 	}
-	if m.lagGauge, err = meter.Int64ObservableGauge("echopubsub.peer.lag",
-		metric.WithDescription("Messages a peer node has not acknowledged (its lag behind the write cursor).")); err != nil {
-		return nil, err
-	}
-	if m.fillGauge, err = meter.Int64ObservableGauge("echopubsub.peer.buffer_fill", metric.WithUnit("%"),
-		metric.WithDescription("A peer's lag as a percentage of BufferSize: 100 means its next message is being overwritten.")); err != nil {
-		return nil, err
-	}
-	if m.failsGauge, err = meter.Int64ObservableGauge("echopubsub.peer.failures",
-		metric.WithDescription("Consecutive failed calls to a peer node.")); err != nil {
-		return nil, err
-	}
-	m.dropped = counter("echopubsub.subscriber.dropped", "Deliveries to this node's subscribers dropped, by cause: bound (queue full), absent (named subscriber not running), notice_copies.")
-	m.bpNotices = counter("echopubsub.backpressure.notices", "BackPressure notices sent to this node's subscribers, by state (dropping, resumed).")
-	m.slowActions = counter("echopubsub.session.slow_consumer_actions", "Sessions closed because a durable delivery found HardQueue pending, by action (disconnect, exit_owner).")
-	m.sessionPressure = counter("echopubsub.session.pressure_notices", "SessionPressure notices sent to session owners, by state.")
-	m.sessionRefused = counter("echopubsub.session.refused", "Durable session deliveries refused because the node's reservation table was full.")
+	m.Published = convention(counter("messaging.client.sent.messages", "{message}", "Messages written to a producer's buffer (Broadcast and friends)."), "broadcast", "send")
+	m.Delivered = convention(counter("messaging.client.consumed.messages", "{message}", "Messages handed to this node's subscribers (own writes and received batches)."), "deliver", "process")
+	m.BatchesSent = counter("echopubsub.batches.sent", "{batch}", "Batches sent to a peer node (retries included).")
+	m.BatchesAcked = counter("echopubsub.batches.acked", "{batch}", "Batches a peer node acknowledged.")
+	m.Retries = counter("echopubsub.retries", "{call}", "Failed calls to a peer node, each retried after RetryInterval.")
+	m.ExpiredSent = counter("echopubsub.cursor_expired.sent", "{notice}", "CursorExpired told to a peer node by this node's producers.")
+	m.ExpiredReceived = counter("echopubsub.cursor_expired.received", "{notice}", "CursorExpired notices this node's workers gave their subscribers.")
+	m.lagGauge = gauge("echopubsub.peer.lag", "{message}", "Messages a peer node has not acknowledged (its lag behind the write cursor).")
+	m.failsGauge = gauge("echopubsub.peer.failures", "{call}", "Consecutive failed calls to a peer node.")
 	if err != nil {
 		return nil, err
 	}
-	if m.reservationsGauge, err = meter.Int64ObservableGauge("echopubsub.session.reservations",
-		metric.WithDescription("Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")); err != nil {
+	if m.RoundTrip, err = meter.Float64Histogram("echopubsub.batch.round_trip", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(RoundTripBuckets...),
+		metric.WithDescription("Time from sending a batch to its acknowledgement.")); err != nil {
+		return nil, err
+	}
+	if m.fillGauge, err = meter.Float64ObservableGauge("echopubsub.peer.buffer_fill", metric.WithUnit("1"),
+		metric.WithDescription("A peer's lag as a share of BufferSize (0 to 1): 1 means its next message is being overwritten.")); err != nil {
+		return nil, err
+	}
+	m.dropped = counter("echopubsub.subscriber.dropped", "{delivery}", "Deliveries to this node's subscribers dropped, by cause: bound (queue full), absent (named subscriber not running), notice_copies.")
+	m.bpNotices = counter("echopubsub.backpressure.notices", "{notice}", "BackPressure notices sent to this node's subscribers, by state (dropping, resumed).")
+	m.slowActions = counter("echopubsub.session.slow_consumer_actions", "{session}", "Sessions closed because a durable delivery found HardQueue pending, by action (disconnect, exit_owner).")
+	m.sessionPressure = counter("echopubsub.session.pressure_notices", "{notice}", "SessionPressure notices sent to session owners, by state.")
+	m.sessionRefused = counter("echopubsub.session.refused", "{delivery}", "Durable session deliveries refused because the node's reservation table was full.")
+	if err != nil {
+		return nil, err
+	}
+	m.reservationsGauge = gauge("echopubsub.session.reservations", "{reservation}", "Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")
+	if err != nil {
 		return nil, err
 	}
 	m.pubsubOnly = metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr))
@@ -120,11 +154,12 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	for g := 0; g < poolSize; g++ {
 		m.groupAttrs = append(m.groupAttrs, metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr, attribute.Int("group", g))))
 	}
+	m.recordZeros()
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		m.gauges.Range(func(_, v any) bool {
 			pg := v.(*PeerGauge)
 			o.ObserveInt64(m.lagGauge, pg.Lag.Load(), pg.Attrs)
-			o.ObserveInt64(m.fillGauge, pg.Fill.Load(), pg.Attrs)
+			o.ObserveFloat64(m.fillGauge, math.Float64frombits(pg.fill.Load()), pg.Attrs)
 			o.ObserveInt64(m.failsGauge, pg.Failures.Load(), pg.Attrs)
 			return true
 		})
@@ -137,6 +172,44 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		return nil, err
 	}
 	return m, nil
+}
+
+// ConventionCounter is a counter named by OpenTelemetry's messaging semantic
+// conventions: each measurement carries messaging.system and the operation's
+// name and type besides the attributes it is given.
+type ConventionCounter struct {
+	c     metric.Int64Counter
+	fixed metric.AddOption
+}
+
+func convention(c metric.Int64Counter, operation, kind string) ConventionCounter {
+	return ConventionCounter{c: c, fixed: metric.WithAttributeSet(attribute.NewSet(attribute.String(SystemKey, "echopubsub"),
+		attribute.String(OperationKey, operation), attribute.String(TypeKey, kind)))}
+}
+
+// Add adds n with the attributes of opts and the conventions' own.
+func (c ConventionCounter) Add(ctx context.Context, n int64, opts ...metric.AddOption) {
+	c.c.Add(ctx, n, append(opts, c.fixed)...)
+}
+
+// recordZeros records every counter whose attributes are known at start
+// at 0: per pool group, and per pubsub with each cause, state or action.
+func (m *Metrics) recordZeros() {
+	ctx := context.Background()
+	for _, g := range m.groupAttrs {
+		m.Published.Add(ctx, 0, g)
+		m.Delivered.Add(ctx, 0, g)
+		m.ExpiredReceived.Add(ctx, 0, g)
+	}
+	for _, c := range []struct {
+		c   metric.Int64Counter
+		set map[string]metric.MeasurementOption
+	}{{m.dropped, m.dropAttrs}, {m.bpNotices, m.bpAttrs}, {m.slowActions, m.actionAttrs}, {m.sessionPressure, m.sessPressureAttr}} {
+		for _, a := range c.set {
+			c.c.Add(ctx, 0, a)
+		}
+	}
+	m.sessionRefused.Add(ctx, 0, m.pubsubOnly)
 }
 
 // Close unregisters the gauges' callback. Idempotent.
@@ -154,7 +227,12 @@ func (m *Metrics) Peer(group uint32, node string) *PeerGauge {
 	}
 	pg := &PeerGauge{Attrs: metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr,
 		attribute.Int("group", int(group)), attribute.String("peer", node)))}
-	v, _ := m.gauges.LoadOrStore(k, pg)
+	v, loaded := m.gauges.LoadOrStore(k, pg)
+	if !loaded { // the peer's series exist from now on, at 0 until something happens
+		for _, c := range []metric.Int64Counter{m.BatchesSent, m.BatchesAcked, m.Retries, m.ExpiredSent} {
+			c.Add(context.Background(), 0, pg.Attrs)
+		}
+	}
 	return v.(*PeerGauge)
 }
 
