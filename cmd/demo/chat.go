@@ -71,8 +71,7 @@ func StartChat(cfg Config) (*Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).
-		With().Timestamp().Str("demo", "chat").Logger()
+	log := newLog(level).Str("demo", "chat").Logger()
 	dir, err := os.MkdirTemp("", "echopubsub-chat-")
 	if err != nil {
 		return nil, err
@@ -119,7 +118,7 @@ func (c *Chat) startNodes() error {
 			return nil
 		}
 		ps, err := echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)),
-			echopubsub.WithLogger(c.log.With().Int("node", i+1).Logger()),
+			echopubsub.WithLogger(c.log.With().Int("node_index", i+1).Logger()),
 			echopubsub.WithStorePath(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1))),
 			echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
 		if err != nil {

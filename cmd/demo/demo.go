@@ -79,8 +79,7 @@ func Start(ctx context.Context, cfg Config) (*Demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).
-		With().Timestamp().Str("node", "demo").Logger()
+	log := newLog(level).Str("demo", "scoreboard").Logger()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own binary to start the nodes: %w", err)

@@ -73,8 +73,7 @@ func runNode(specJSON string) error {
 	if err != nil {
 		return err
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).
-		With().Timestamp().Str("node", strconv.Itoa(spec.Index)).Logger()
+	log := newLog(level).Int("node_index", spec.Index).Logger()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

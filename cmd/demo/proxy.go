@@ -193,7 +193,7 @@ func (f *Fabric) Cut(node int) {
 	for _, l := range cut {
 		l.close()
 	}
-	f.log.Info().Int("node", node).Int("connections_cut", len(cut)).Msg("node offline")
+	f.log.Info().Int("node_index", node).Int("connections_cut", len(cut)).Msg("node offline")
 }
 
 // Restore brings node back online.
@@ -202,7 +202,7 @@ func (f *Fabric) Restore(node int) {
 	delete(f.offline, node)
 	f.gen[node]++
 	f.mu.Unlock()
-	f.log.Info().Int("node", node).Msg("node online")
+	f.log.Info().Int("node_index", node).Msg("node online")
 }
 
 // CutFor cuts node off and restores it after d, unless something else
