@@ -111,7 +111,7 @@ func TestScoreBoardInBrowser(t *testing.T) {
 	// The page links every node's metrics: node 2's show the expiry it was
 	// told and its peers' view of it, in Prometheus's text format.
 	metrics := get(t, url+"api/nodes/2/metrics")
-	for _, want := range []string{"echopubsub_cursor_expired_received_total", "echopubsub_peer_lag", "echopubsub_messages_delivered_total"} {
+	for _, want := range []string{"echopubsub_cursor_expired_received_total", "echopubsub_peer_lag", "messaging_client_consumed_messages_total"} {
 		if !strings.Contains(metrics, want) {
 			t.Fatalf("node 2's /metrics has no %s:\n%.2000s", want, metrics)
 		}
@@ -342,11 +342,18 @@ func buildDemo(t *testing.T) string {
 // runDemo starts the demo on a free port and returns the URL it prints.
 func runDemo(t *testing.T, bin string, args ...string) (string, *exec.Cmd) {
 	t.Helper()
+	return runDemoTo(t, bin, os.Stderr, args...)
+}
+
+// runDemoTo is runDemo with the demo's stderr (and its nodes') going to
+// stderr.
+func runDemoTo(t *testing.T, bin string, stderr io.Writer, args ...string) (string, *exec.Cmd) {
+	t.Helper()
 	// A goal every 3 s leaves 15 s before node 2's 5-message buffer
 	// overflows: room for a loaded CI machine between "offline" and the
 	// replay, which waits for protoactor's reconnect.
 	cmd := exec.Command(bin, append([]string{"-port", "0", "-goal-every", "3s"}, args...)...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
