@@ -39,6 +39,13 @@ var (
 	ErrNotLocal = delivery.ErrNotLocal
 	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
 	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
+	// ErrUnguardedRemote: Start was given an actor system whose remote runs
+	// without the edge guard, so any process that reaches its port could
+	// stop or mislead the pubsub's actors with forged system messages.
+	ErrUnguardedRemote = errors.New("echopubsub: the actor system's remote runs without the edge guard: " +
+		"build it with echopubsub.RemoteConfig(...), or add echopubsub.Guard(log) to your remote.Configure(...) call " +
+		"(after any remote.WithServerOptions, which replaces the options before it); " +
+		"WithUnguardedRemote() starts anyway")
 	// ErrNotMember: the node named is not a current member of the pubsub.
 	ErrNotMember = errors.New("echopubsub: not a member of this pubsub")
 )
@@ -66,7 +73,15 @@ type options struct {
 	storePath string
 	durable   []string
 	authorize func(sessionID, stream string) error
+	unguarded bool
 }
+
+// WithUnguardedRemote lets Start run on a remote built without Guard (see
+// ErrUnguardedRemote), for a user who accepts the risk: any process that
+// reaches the remote's port can then stop the pubsub's actors or cut
+// subscribers off with forged system messages, and non-members' requests
+// are not refused. Start logs one warning saying so. Defaults to off.
+func WithUnguardedRemote() Option { return func(o *options) { o.unguarded = true } }
 
 // WithMembership sets how nodes are found. Defaults to cluster.NewStatic with
 // only this node.
@@ -149,6 +164,9 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	log := zlog.Logger
 	if o.log != nil {
 		log = *o.log
+	}
+	if err := checkGuard(system, o.unguarded, log); err != nil {
+		return nil, err
 	}
 	if o.membership == nil {
 		o.membership = cluster.NewStatic(addr)
