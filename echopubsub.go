@@ -299,6 +299,15 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 	if pid == nil {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
 	}
+	if err := reservedTopic(topic); err != nil {
+		return err
+	}
+	return ps.subscribe(pid, topic, opts...)
+}
+
+// subscribe is Subscribe without the reserved-topic check: a session's
+// actor subscribes to its inbox through it.
+func (ps *PubSub) subscribe(pid *actor.PID, topic string, opts ...SubscribeOption) error {
 	o, err := subOpts(opts)
 	if err != nil {
 		return err
@@ -315,6 +324,9 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) error {
 	if name == "" {
 		return fmt.Errorf("echopubsub: subscriber name is empty")
+	}
+	if err := reservedTopic(topic); err != nil {
+		return err
 	}
 	o, err := subOpts(opts)
 	if err != nil {
@@ -400,6 +412,15 @@ func (ps *PubSub) Err() error { return ps.rt.Err() }
 // from; onlyNode, when set, is the one node whose subscribers get it. ctx
 // bounds the wait for room in a full producer (nil: CallTimeout).
 func (ps *PubSub) publish(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+	if err := reservedTopic(topic); err != nil {
+		return err
+	}
+	return ps.write(ctx, from, topic, msg, exclude, local, onlyNode)
+}
+
+// write is publish without the reserved-topic check: the request/reply path
+// (sendToSession) writes to session inboxes through it, nothing else.
+func (ps *PubSub) write(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}
