@@ -39,6 +39,13 @@ var (
 	ErrNotLocal = delivery.ErrNotLocal
 	// ErrRemoteNotStarted: Start needs an actor system whose remote runs.
 	ErrRemoteNotStarted = errors.New("echopubsub: the actor system's remote is not started")
+	// ErrUnguardedRemote: Start was given an actor system whose remote runs
+	// without the edge guard, so any process that reaches its port could
+	// stop or mislead the pubsub's actors with forged system messages.
+	ErrUnguardedRemote = errors.New("echopubsub: the actor system's remote runs without the edge guard: " +
+		"build it with echopubsub.RemoteConfig(...), or add echopubsub.Guard(log) to your remote.Configure(...) call " +
+		"(after any remote.WithServerOptions, which replaces the options before it); " +
+		"WithUnguardedRemote() starts anyway")
 	// ErrNotMember: the node named is not a current member of the pubsub.
 	ErrNotMember = errors.New("echopubsub: not a member of this pubsub")
 )
@@ -66,7 +73,15 @@ type options struct {
 	storePath string
 	durable   []string
 	authorize func(sessionID, stream string) error
+	unguarded bool
 }
+
+// WithUnguardedRemote lets Start run on a remote built without Guard (see
+// ErrUnguardedRemote), for a user who accepts the risk: any process that
+// reaches the remote's port can then stop the pubsub's actors or cut
+// subscribers off with forged system messages, and non-members' requests
+// are not refused. Start logs one warning saying so. Defaults to off.
+func WithUnguardedRemote() Option { return func(o *options) { o.unguarded = true } }
 
 // WithMembership sets how nodes are found. Defaults to cluster.NewStatic with
 // only this node.
@@ -149,6 +164,9 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	log := zlog.Logger
 	if o.log != nil {
 		log = *o.log
+	}
+	if err := checkGuard(system, o.unguarded, log); err != nil {
+		return nil, err
 	}
 	if o.membership == nil {
 		o.membership = cluster.NewStatic(addr)
@@ -281,6 +299,15 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 	if pid == nil {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
 	}
+	if err := reservedTopic(topic); err != nil {
+		return err
+	}
+	return ps.subscribe(pid, topic, opts...)
+}
+
+// subscribe is Subscribe without the reserved-topic check: a session's
+// actor subscribes to its inbox through it.
+func (ps *PubSub) subscribe(pid *actor.PID, topic string, opts ...SubscribeOption) error {
 	o, err := subOpts(opts)
 	if err != nil {
 		return err
@@ -297,6 +324,9 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) error {
 	if name == "" {
 		return fmt.Errorf("echopubsub: subscriber name is empty")
+	}
+	if err := reservedTopic(topic); err != nil {
+		return err
 	}
 	o, err := subOpts(opts)
 	if err != nil {
@@ -382,6 +412,15 @@ func (ps *PubSub) Err() error { return ps.rt.Err() }
 // from; onlyNode, when set, is the one node whose subscribers get it. ctx
 // bounds the wait for room in a full producer (nil: CallTimeout).
 func (ps *PubSub) publish(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+	if err := reservedTopic(topic); err != nil {
+		return err
+	}
+	return ps.write(ctx, from, topic, msg, exclude, local, onlyNode)
+}
+
+// write is publish without the reserved-topic check: the request/reply path
+// (sendToSession) writes to session inboxes through it, nothing else.
+func (ps *PubSub) write(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}

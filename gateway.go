@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -255,7 +256,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept answered the request
 	}
-	conn.SetReadLimit(g.cfg.ReadLimit)
+	// readLoop enforces ReadLimit with its own close reason; the library's
+	// limit, one byte above, only bounds what it buffers.
+	conn.SetReadLimit(g.cfg.ReadLimit + 1)
 	s.conn = conn
 	g.mu.Lock()
 	if g.closed {
@@ -508,13 +511,24 @@ func mustJSON(v interface{}) []byte {
 }
 
 // readLoop handles client frames until the socket fails or closes.
+// The protocol is one JSON command per text message: a binary message is
+// refused (1003) unread, and one over ReadLimit closes with 1009.
 func (s *socket) readLoop(ctx context.Context) {
 	for {
-		_, b, err := s.conn.Read(ctx)
+		typ, r, err := s.conn.Reader(ctx)
 		if err != nil {
-			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig {
-				s.requestClose(websocket.StatusMessageTooBig, "frame over ReadLimit", false)
-			}
+			return
+		}
+		if typ != websocket.MessageText {
+			s.requestClose(websocket.StatusUnsupportedData, "binary message: send one JSON command per text message", false)
+			return
+		}
+		b, err := io.ReadAll(io.LimitReader(r, s.gw.cfg.ReadLimit+1))
+		if err != nil {
+			return
+		}
+		if int64(len(b)) > s.gw.cfg.ReadLimit {
+			s.requestClose(websocket.StatusMessageTooBig, "frame over ReadLimit", false)
 			return
 		}
 		s.handle(b)

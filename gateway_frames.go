@@ -168,11 +168,6 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	if f.Limit != nil && *f.Limit <= 0 {
 		return f, ferr(CodeInvalidArgument, "limit must be > 0, got %d", *f.Limit)
 	}
-	if f.Payload != nil {
-		if t := bytes.TrimSpace(f.Payload); len(t) == 0 || t[0] != '{' {
-			return f, ferr(CodeInvalidArgument, "payload must be a JSON object (the message in protojson)")
-		}
-	}
 	if f.DeliveryID != nil && *f.DeliveryID == 0 {
 		return f, ferr(CodeInvalidArgument, "delivery_id must be > 0")
 	}

@@ -35,12 +35,18 @@ type hostileTarget struct {
 }
 
 func startHostileTarget(t *testing.T, members ...string) *hostileTarget {
+	return startHostileTargetOn(t, func(log zerolog.Logger) *remote.Config { return echopubsub.RemoteConfig("127.0.0.1", 0, log) }, members...)
+}
+
+// startHostileTargetOn is startHostileTarget with the nodes' remotes
+// configured by rc.
+func startHostileTargetOn(t *testing.T, rc func(zerolog.Logger) *remote.Config, members ...string) *hostileTarget {
 	log, logs := test.CapturingLogger(t, zerolog.InfoLevel)
 	h := &hostileTarget{logs: logs}
 	addrs := append([]string(nil), members...)
 	for i := 0; i < 2; i++ {
 		system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.WarnLevel)))
-		r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
+		r := remote.NewRemote(system, rc(log))
 		r.Start()
 		nd := &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log}
 		h.nodes = append(h.nodes, nd)

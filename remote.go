@@ -1,7 +1,10 @@
 package echopubsub
 
 import (
+	"fmt"
 	"log/slog"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -9,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
@@ -25,46 +29,118 @@ const MaxFrameBytes = 64 << 20
 //	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 8090, zlog))
 //	r.Start()
 //
-// It adds, before opts:
-//   - the edge guard (GuardStream) around protoactor's gRPC stream handler:
-//     what a peer may send to this node's pubsubs, checked in one place;
-//     malformed traffic closes only that peer's stream;
-//   - a 64 MiB message limit on the server and on dials (see MaxFrameBytes);
-//   - keepalive pings (every 2 s, 2 s timeout) so a silently dead peer is
-//     noticed in seconds rather than at TCP's timeout, and a server policy
-//     that accepts them;
-//   - a 2 s connect timeout and a single connect attempt per endpoint, so a
-//     cut-off peer fails fast and is retried by EchoPubSub's own loop;
+// It is remote.Configure with, before opts, Guard(log) (the edge guard, the
+// frame limit, keepalives and a fast connect: see Guard), plus:
+//   - a single connect attempt per endpoint, so a cut-off peer fails fast
+//     and is retried by EchoPubSub's own loop;
 //   - endpoint queues that start at 4096 slots and grow, instead of
 //     protoactor's preallocated 1,000,000 (16 MiB per peer, scanned by the GC).
+//
+// An application that already configures its remote with remote.Configure
+// adds Guard(log) to that call instead.
 //
 // Without WithTLS among opts, node-to-node traffic is plaintext and a peer's
 // addresses are what it says they are: the guard still keeps non-members and
 // system messages away from the pubsubs, but only WithTLS proves who a peer
 // is (see README, "Securing a cluster").
 func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.ConfigOption) *remote.Config {
-	base := []remote.ConfigOption{
-		remote.WithServerOptions(
-			grpc.ChainStreamInterceptor(GuardStream(log)),
+	// protoactor preallocates a 1,000,000-slot queue per endpoint (16 MiB of
+	// pointers the GC scans on every cycle); the queue grows on demand, so
+	// start small.
+	base := []remote.ConfigOption{Guard(log), remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096)}
+	cfg := remote.Configure(host, port, append(base, opts...)...)
+	cfg.MaxRetryCount = 1
+	return cfg
+}
+
+// Guard is the remote.ConfigOption that makes a protoactor remote safe for
+// EchoPubSub, for an application that builds its remote itself:
+//
+//	cfg := remote.Configure(host, port, echopubsub.Guard(zlog), ...your options)
+//
+// It appends (never replaces) to the remote's options:
+//   - the edge guard (GuardStream) around protoactor's gRPC stream handler:
+//     what a peer may send to this node's pubsubs, checked in one place;
+//     system messages from the wire (Stop, PoisonPill, Terminated, Watch,
+//     Unwatch) never reach the pubsub's actors; malformed traffic closes
+//     only that peer's stream;
+//   - a 64 MiB message limit on the server and on dials (see MaxFrameBytes);
+//   - keepalive pings (every 2 s, 2 s timeout) so a silently dead peer is
+//     noticed in seconds rather than at TCP's timeout, and a server policy
+//     that accepts them;
+//   - a 2 s connect timeout.
+//
+// Start refuses a remote without it (ErrUnguardedRemote). protoactor's
+// remote.WithServerOptions replaces the server options given before it:
+// put Guard after it (or Start tells you the guard is gone).
+func Guard(log zerolog.Logger) remote.ConfigOption {
+	guard := grpc.ChainStreamInterceptor(GuardStream(log))
+	guardOptions.Store(guard, true)
+	return func(rc *remote.Config) {
+		rc.ServerOptions = append(rc.ServerOptions, guard,
 			grpc.MaxRecvMsgSize(MaxFrameBytes),
 			grpc.MaxSendMsgSize(MaxFrameBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: 2 * time.Second}),
-		),
-		remote.WithDialOptions(
-			grpc.WithInsecure(), //nolint:staticcheck // protoactor's own default
+		)
+		// Dial options before the caller's own (WithTLS's credentials come
+		// later and win: the last transport credentials given are used).
+		rc.DialOptions = append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()), // protoactor's own default
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxFrameBytes), grpc.MaxCallSendMsgSize(MaxFrameBytes)),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second}),
-		),
+		}, rc.DialOptions...)
 	}
-	// protoactor preallocates a 1,000,000-slot queue per endpoint (16 MiB of
-	// pointers the GC scans on every cycle); the queue grows on demand, so
-	// start small.
-	base = append(base, remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096))
-	cfg := remote.Configure(host, port, append(base, opts...)...)
-	cfg.MaxRetryCount = 1
-	return cfg
+}
+
+// checkGuard is Start's check that system's remote runs the edge guard.
+func checkGuard(system *actor.ActorSystem, allowUnguarded bool, log zerolog.Logger) error {
+	guarded, known := remoteGuarded(system)
+	switch {
+	case guarded:
+		return nil
+	case !allowUnguarded && !known:
+		return fmt.Errorf("%w (this protoactor version's remote config cannot be inspected)", ErrUnguardedRemote)
+	case !allowUnguarded:
+		return ErrUnguardedRemote
+	}
+	log.Warn().Str("node", system.Address()).
+		Msg("echopubsub: starting on a remote without the edge guard (WithUnguardedRemote): any process that reaches this port " +
+			"can stop the pubsub's actors or cut subscribers off with forged system messages, and non-members' requests are not refused")
+	return nil
+}
+
+// guardOptions holds the guard's server option of every Guard call (values
+// are pointers, so comparable): Start looks for one of them among the
+// options of the remote it is given.
+var guardOptions sync.Map
+
+// remoteGuarded reports whether system's remote was configured with Guard,
+// and its server options still hold it. protoactor keeps a remote's config
+// unexported and offers no getter; the field is read by reflection on the
+// pinned protoactor version (known is false if its layout ever differs).
+func remoteGuarded(system *actor.ActorSystem) (guarded, known bool) {
+	defer func() {
+		if recover() != nil { // no remote extension: GetRemote's type assertion
+			guarded, known = false, false
+		}
+	}()
+	r := remote.GetRemote(system)
+	if r == nil {
+		return false, false
+	}
+	f := reflect.ValueOf(r).Elem().FieldByName("config")
+	if !f.IsValid() || f.Type() != reflect.TypeOf((*remote.Config)(nil)) || f.IsNil() {
+		return false, false
+	}
+	rc := (*remote.Config)(f.UnsafePointer())
+	for _, o := range rc.ServerOptions {
+		if _, ok := guardOptions.Load(o); ok {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // GuardStream is the gRPC stream interceptor RemoteConfig installs, the one

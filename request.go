@@ -76,6 +76,11 @@ func (ps *PubSub) Reply(toSessionID string, request *Envelope, response proto.Me
 	if !ok || rc.Reply {
 		return ErrNotRequest
 	}
+	// The reply comes from the session that received request, open here: an
+	// envelope made up by the caller cannot make a reply from anyone else.
+	if _, _, err := ps.session(request.SessionID); err != nil {
+		return fmt.Errorf("%w: replying session", err)
+	}
 	return ps.sendToSession(toSessionID, &messages.SessionMessage{FromSession: request.SessionID, RequestId: rc.RequestID,
 		Kind: messages.SessionMessageKind_SESSION_MESSAGE_KIND_REPLY}, response)
 }
@@ -98,5 +103,8 @@ func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg prot
 	sm.ProtocolVersion = messages.ProtocolVersion
 	sm.ToSession = to
 	sm.Message = &anypb.Any{TypeUrl: "type.googleapis.com/" + typeName, Value: payload}
-	return ps.DirectBroadcast(node, SessionInboxPrefix+to, sm)
+	if !ps.rt.IsMember(node) {
+		return fmt.Errorf("%w: session %q is on %q", ErrNotMember, to, node)
+	}
+	return ps.write(nil, nil, SessionInboxPrefix+to, sm, false, false, node)
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/supervision"
 )
@@ -36,7 +37,8 @@ var (
 	// ErrEmptyTopic: a topic must not be empty.
 	ErrEmptyTopic = errors.New("echopubsub: topic must not be empty")
 	// ErrReservedTopic: topics starting with SessionInboxPrefix carry
-	// requests and replies; sessions cannot subscribe to them.
+	// requests and replies: nothing but the library's request/reply path may
+	// publish to them, and nobody may subscribe to them.
 	ErrReservedTopic = errors.New("echopubsub: topic is reserved for session requests and replies")
 	// ErrNotRequest: Reply was given an envelope that is not a request.
 	ErrNotRequest = errors.New("echopubsub: envelope is not a request")
@@ -109,8 +111,18 @@ type Envelope struct {
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests
-// and replies.
-const SessionInboxPrefix = "echopubsub.session/"
+// and replies. Only RequestSession and Reply write to it: Broadcast and
+// every other publishing path, Subscribe, SessionSubscribe and a Broadcast
+// message from an actor or a peer refuse it with ErrReservedTopic.
+const SessionInboxPrefix = core.SessionInboxPrefix
+
+// reservedTopic is the error for a user path given a session inbox topic.
+func reservedTopic(topic string) error {
+	if core.ReservedTopic(topic) {
+		return fmt.Errorf("%w: %q", ErrReservedTopic, topic)
+	}
+	return nil
+}
 
 // Session is an open session's handle. Every operation also takes the id
 // alone (ps.Ack(id, ...)), so an id can be handed to code that has no
@@ -263,7 +275,7 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 			ps.rt.System.Root.Stop(pid)
 			return nil, ErrStopped
 		}
-		err = ps.Subscribe(pid, SessionInboxPrefix+id, WithMetadata())
+		err = ps.subscribe(pid, SessionInboxPrefix+id, WithMetadata())
 	}
 	if err != nil {
 		ps.sess.engine.Close(id, messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "open failed")
@@ -328,8 +340,8 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 	if topic == "" {
 		return ErrEmptyTopic
 	}
-	if strings.HasPrefix(topic, SessionInboxPrefix) {
-		return fmt.Errorf("%w: %q", ErrReservedTopic, topic)
+	if err := reservedTopic(topic); err != nil {
+		return err
 	}
 	var spec subSpec
 	for i, opt := range opts {

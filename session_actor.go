@@ -76,7 +76,7 @@ func (a *sessionActor) deliver(d *messages.Delivery) {
 	}
 	env := &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
 	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
-		if !a.fromInbox(env, sm) {
+		if !a.fromInbox(env, sm, d.Node) {
 			return
 		}
 	} else {
@@ -120,9 +120,17 @@ func (a *sessionActor) body(env *Envelope, msg proto.Message, wire []byte, typeN
 
 // fromInbox fills env from a request or reply; false drops it (not for
 // this session).
-func (a *sessionActor) fromInbox(env *Envelope, sm *messages.SessionMessage) bool {
+func (a *sessionActor) fromInbox(env *Envelope, sm *messages.SessionMessage, node string) bool {
 	if sm.ToSession != a.s.ID() || sm.Message == nil {
 		a.ps.rt.Log.Error().Str("to", sm.ToSession).Msg("session: dropped a malformed request or reply")
+		return false
+	}
+	// The sending session lives on the node whose producer wrote this (the
+	// guard proves a peer's node; Broadcast refuses inbox topics): a
+	// request or reply naming a session of another node is forged.
+	if from, ok := sessionNode(sm.FromSession); !ok || from != node {
+		a.ps.rt.Log.Error().Str("from_session", sm.FromSession).Str("peer", node).
+			Msg("session: dropped a request or reply whose sending session is not on the node that sent it")
 		return false
 	}
 	kind := "request"

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/echopubsub/echopubsub/actors/session"
@@ -64,5 +65,39 @@ func TestSessionActorSkipsStreamRedeliveries(t *testing.T) {
 	}
 	if eng.Pending("id") != 6 {
 		t.Fatalf("pending %d", eng.Pending("id"))
+	}
+}
+
+// A request or reply whose sending session is not on the node that wrote
+// it is forged (a member can only write as itself: the guard proves the
+// node, Broadcast refuses inbox topics): the session actor drops it.
+func TestSessionActorDropsInboxMessageFromAnotherNodesSession(t *testing.T) {
+	out := &sentRecorder{}
+	eng := session.New(session.Limits{SoftQueue: 10, HardQueue: 20, MaxReservations: 100, MaxBatchItems: 10}, "n", out, zerolog.Nop(), nil)
+	rec := &sessionRec{}
+	rec.subs.Store(&map[string]subSpec{})
+	id, err := newSessionID("n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := eng.Open(id, actor.NewPID("n", "owner"), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig("x")
+	ps := &PubSub{cfg: cfg, rt: &core.Runtime{Cfg: cfg.engine(), Log: zerolog.Nop()}, sess: &sessions{engine: eng}}
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + id, seen: map[origin]position{}}
+	onM, _ := newSessionID("m")
+	onOther, _ := newSessionID("other")
+	reply := func(node string, cursor uint64, from, v string) *messages.Delivery {
+		sm := &messages.SessionMessage{ToSession: id, FromSession: from, RequestId: 1, Kind: messages.SessionMessageKind_SESSION_MESSAGE_KIND_REPLY}
+		sm.Message, _ = anypb.New(wrapperspb.String(v))
+		return &messages.Delivery{Node: node, Incarnation: 1, Cursor: cursor, Topic: a.inbox, Message: sm}
+	}
+	a.deliver(reply("m", 1, onOther, "forged")) // written by m in the name of a session on other
+	a.deliver(reply("m", 2, "garbage", "forged"))
+	a.deliver(reply("m", 3, onM, "honest"))
+	if len(out.sent) != 1 || out.sent[0].(*Envelope).Event.(*wrapperspb.StringValue).Value != "honest" {
+		t.Fatalf("owner got %v, want only the honest reply", out.sent)
 	}
 }

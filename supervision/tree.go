@@ -117,6 +117,9 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 	if m.Topic == "" {
 		return fmt.Errorf("echopubsub: topic must not be empty")
 	}
+	if core.ReservedTopic(m.Topic) { // only the request/reply path writes there (echopubsub.SessionInboxPrefix)
+		return fmt.Errorf("echopubsub: topic %q is reserved for session requests and replies", m.Topic)
+	}
 	from := ctx.Sender()
 	w := &core.Write{Topic: m.Topic, PayloadType: typeName, Payload: m.Message.Value, OnlyNode: m.OnlyNode}
 	if m.ExcludeSender && from != nil {

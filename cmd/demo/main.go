@@ -21,14 +21,18 @@ import (
 	"time"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run is main with an exit code, so that its deferred steps (the
+// terminal's restore) run before the process exits.
+func run() int {
 	// A node process is this binary re-executed by the demo (see children.go).
 	if len(os.Args) == 3 && os.Args[1] == nodeFlag {
 		if err := runNode(os.Args[2]); err != nil {
 			fmt.Fprintln(os.Stderr, "demo node:", err)
-			os.Exit(1)
+			return 1
 		}
-		return
+		return 0
 	}
 
 	cfg := DefaultConfig()
@@ -46,19 +50,21 @@ func main() {
 
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(2)
+		return 2
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, restore := stopOnKey(ctx)
+	defer restore()
 	if *chat {
-		os.Exit(runChat(ctx, stop, cfg))
+		return runChat(ctx, stop, cfg)
 	}
 
 	d, err := Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
+		return 1
 	}
 	if cfg.TLS {
 		fmt.Printf("Nodes talk mutual TLS; CA and node certificates in %s (removed on exit)\n", d.TLSDir())
@@ -66,12 +72,14 @@ func main() {
 	fmt.Printf("ScoreBoard is running: open %s (Ctrl-C stops every node)\n", d.URL())
 
 	<-ctx.Done()
-	stop() // a second Ctrl-C now kills the demo outright
+	stop()    // a second Ctrl-C now kills the demo outright
+	restore() // (from the terminal too)
 	fmt.Println("ScoreBoard: stopping")
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := d.Stop(shutdown); err != nil {
 		fmt.Fprintln(os.Stderr, "demo: stop:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,15 @@ var (
 // that producer has MaxPendingWrites queued: until ctx ends, or up to
 // CallTimeout when ctx is nil. w.Msg, when not nil, is handed as is to this
 // node's subscribers.
+// SessionInboxPrefix starts the topic on which a session receives requests
+// and replies (echopubsub.SessionInboxPrefix). Only the library's own
+// request/reply path writes to it; every user path, local or from the
+// wire, refuses it (ReservedTopic).
+const SessionInboxPrefix = "echopubsub.session/"
+
+// ReservedTopic reports whether topic is a session inbox.
+func ReservedTopic(topic string) bool { return strings.HasPrefix(topic, SessionInboxPrefix) }
+
 func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error {
 	g := rt.Group(from)
 	q := rt.Queues[g]

@@ -20,6 +20,7 @@ function log(line) {
 }
 
 function render() {
+  $("hint").hidden = messages.length > 0; // what to do, until something happens
   $("status").textContent = online ? "online" : "offline";
   $("status").className = "badge " + (online ? "online" : "offline");
   $("pending").textContent = pending;
@@ -151,6 +152,9 @@ function connect() {
 
 $("user").textContent = user;
 $("node").textContent = node;
+const peer = node === "1" ? { node: "2", user: "bob" } : { node: "1", user: "ada" };
+$("peer").href = `/chat?node=${peer.node}&user=${peer.user}`;
+$("peer").textContent = `${peer.user}'s page on node ${peer.node}`;
 $("offline").onclick = () => { if (ws) ws.close(1000, "offline"); };
 $("online").onclick = () => connect();
 $("send").onsubmit = (ev) => {
@@ -165,7 +169,7 @@ $("send").onsubmit = (ev) => {
 
 // For the browser test: what the page shows.
 window.chatState = () => JSON.stringify({
-  online, sessionId, node, user, pending, peak, replayed: replayedShown, replaying, lastReplay, cursor,
+  online, sessionId, node, user, hint: $("hint").hidden ? "" : $("hint").innerText, peer: $("peer").getAttribute("href"), pending, peak, replayed: replayedShown, replaying, lastReplay, cursor,
   messages: messages.map((m) => ({ id: m.id, from: m.from, text: m.text, replayed: m.replayed })), errors, notices,
 });
 

@@ -37,13 +37,23 @@ func TestChatInBrowser(t *testing.T) {
 	ada := openTab(t, browser, "ada", base+"/chat?node=1&user=ada")
 	bob := openTab(t, browser, "bob", base+"/chat?node=2&user=bob")
 
-	// 1. Both online, history loaded (empty); a message crosses nodes.
+	// 1. Both online, history loaded (empty); the empty page says what to
+	// do and links the other user's page; a message crosses nodes.
 	for _, p := range []*chatTab{ada, bob} {
 		p.until("online, history replayed", func(s chatState) bool { return s.Online && !s.Replaying && s.LastReplay != nil })
 	}
+	if s := ada.read(); !strings.Contains(s.Hint, "Send") || !strings.Contains(s.Hint, "Go offline") || s.Peer != "/chat?node=2&user=bob" {
+		t.Fatalf("ada's empty page does not say what to do: hint %q, link %q", s.Hint, s.Peer)
+	}
+	if s := bob.read(); s.Peer != "/chat?node=1&user=ada" {
+		t.Fatalf("bob's empty page links %q, want ada's page", s.Peer)
+	}
+	ada.shot("0-empty-ada")
 	ada.say("hello bob, from node 1")
 	bob.until("ada's message", func(s chatState) bool { return s.has("hello bob, from node 1") && s.Pending == 0 })
-	ada.until("own message echoed and acked", func(s chatState) bool { return s.has("hello bob, from node 1") && s.Pending == 0 })
+	ada.until("own message echoed and acked, hint gone", func(s chatState) bool {
+		return s.has("hello bob, from node 1") && s.Pending == 0 && s.Hint == ""
+	})
 	bob.say("hi ada, node 2 here")
 	ada.until("bob's answer", func(s chatState) bool { return s.has("hi ada, node 2 here") && s.Pending == 0 })
 	ada.shot("1-online-ada")
@@ -117,6 +127,8 @@ type chatState struct {
 	} `json:"messages"`
 	Errors  []string `json:"errors"`
 	Notices []string `json:"notices"`
+	Hint    string   `json:"hint"` // the what-to-do box's text while it is shown
+	Peer    string   `json:"peer"` // its link to the other user's page
 }
 
 func (s chatState) has(text string) bool {
