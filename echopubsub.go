@@ -502,6 +502,9 @@ func (ps *PubSub) DirectBroadcastFrom(from *actor.PID, node, topic string, msg p
 }
 
 func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message, exclude bool) error {
+	if err := reservedTopic(topic); err != nil {
+		return err
+	}
 	if node == "" {
 		return fmt.Errorf("echopubsub: DirectBroadcast needs a node name")
 	}

@@ -21,7 +21,7 @@ import (
 // it; the remote stops when the test ends.
 func startOn(t *testing.T, cfg *remote.Config, opts ...echopubsub.Option) (*echopubsub.PubSub, error) {
 	t.Helper()
-	system := actor.NewActorSystem()
+	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(test.Logger(t, zerolog.WarnLevel)))
 	r := remote.NewRemote(system, cfg)
 	r.Start()
 	t.Cleanup(func() { r.Shutdown(false); system.Shutdown() })
