@@ -526,7 +526,7 @@ func (p *producer) batchV1(b *messages.Batch) *messages.Batch {
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
-	p.log.Warn().Str("node", pe.m.Name).Uint64("missed", d.Missed).Msg("node fell behind the buffer: sending cursor expired")
+	p.log.Warn().Str("node", pe.m.Name).Uint64("missed", d.Missed).Uint64("overwritten", d.Overwritten).Msg("node fell behind the buffer: sending cursor expired")
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.BatchAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
@@ -539,7 +539,7 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		// first ack was lost was told then); a version 1 worker does not
 		// say, and tells every Expire that moves its cursor.
 		if ack.ExpiredTold || p.speaks(pe) == messages.PreviousProtocolVersion {
-			p.expired(ctx, pe, d.Missed)
+			p.expired(ctx, pe, d.Missed, d.Overwritten)
 		}
 		p.service(ctx, pe)
 		return true
@@ -671,7 +671,7 @@ func (p *producer) registerV1(ctx actor.Context, pe *peer) {
 		if len(ack.SupportedVersions) == 0 && missed && pe.toldFor != ack.WorkerIncarnation {
 			// A version 1 worker does not say whether it told; it tells
 			// every join with missed_writes of a producer it does not hold.
-			p.expired(ctx, pe, 0)
+			p.expired(ctx, pe, 0, 0)
 			pe.toldFor = ack.WorkerIncarnation
 		}
 		p.joined(ctx, pe, ack)
@@ -686,7 +686,7 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 		// Counted from the worker's word, once per join that told: not for
 		// a join the worker already held (it kept its cursor, told nothing
 		// and names the join that seeded it).
-		p.expired(ctx, pe, 0)
+		p.expired(ctx, pe, 0, 0)
 		pe.toldFor = ack.ToldJoin
 	}
 	if messages.Speaks(ack.SupportedVersions, messages.ProtocolVersion) && pe.version != 0 {
@@ -842,11 +842,12 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	p.checkDrain(ctx) // a node that fails calls is not waited for
 }
 
-// expired counts and announces a CursorExpired told to pe (missed 0: not known).
-func (p *producer) expired(ctx actor.Context, pe *peer, missed uint64) {
+// expired counts and announces a CursorExpired told to pe (missed 0: not
+// known; overwritten: the part of missed that was overwritten).
+func (p *producer) expired(ctx actor.Context, pe *peer, missed, overwritten uint64) {
 	pe.expired++
 	p.m.ExpiredSent.Add(context.Background(), 1, pe.gauge.Attrs)
-	ctx.ActorSystem().EventStream.Publish(&messages.Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed})
+	ctx.ActorSystem().EventStream.Publish(&messages.Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed, Overwritten: overwritten})
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
