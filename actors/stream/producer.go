@@ -45,9 +45,12 @@ type StatsQuery struct{}
 // Drain asks a producer to finish (graceful Stop): flush at once, and retire
 // its incarnation with every node that is reachable, once that node
 // acknowledged everything written. The producer answers *Drained when no
-// reachable node is left to wait for. Nodes that are away (absent, or
-// failing drainGiveUp calls in a row) are not waited for.
-type Drain struct{}
+// reachable node is left to wait for, or when Budget (if > 0) has passed,
+// whichever comes first: a node whose calls time out (stopped, its remote
+// shut down) costs a CallTimeout per call, and must not cost the answer.
+// Nodes that are away (absent, failing drainGiveUp calls in a row, or not
+// done within Budget) are not waited for.
+type Drain struct{ Budget time.Duration }
 
 // Drained answers Drain.
 type Drained struct {
@@ -65,6 +68,7 @@ type (
 	flushTick   struct{}
 	retryPeer   struct{ node string }
 	forgetCheck struct{ node string }
+	drainDue    struct{} // Drain.Budget passed
 )
 
 // peer is one remote node as this producer sees it.
@@ -157,6 +161,7 @@ type producer struct {
 	dur      core.Durable
 	lastWarn time.Time
 	drainTo  *actor.PID // who asked Drain; nil when not draining
+	drainDue scheduler.CancelFunc
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -201,9 +206,14 @@ func (p *producer) Receive(ctx actor.Context) {
 		ctx.Respond(p.stats())
 	case *Drain:
 		p.drainTo = ctx.Sender()
+		if m.Budget > 0 {
+			p.drainDue = p.sched.SendOnce(m.Budget, ctx.Self(), &drainDue{})
+		}
 		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
 		p.flushAll(ctx)
-		p.checkDrain(ctx)
+		p.checkDrain(ctx, false)
+	case *drainDue:
+		p.checkDrain(ctx, true)
 	case *actor.Started:
 		buf, err := newStore(p.cfg.BufferSize)
 		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
@@ -253,8 +263,10 @@ func (p *producer) armFlush(ctx actor.Context) {
 // stopTimers cancels every pending timer, so none fires into a stopped or
 // restarted producer.
 func (p *producer) stopTimers() {
-	if p.flushCancel != nil {
-		p.flushCancel()
+	for _, c := range []scheduler.CancelFunc{p.flushCancel, p.drainDue} {
+		if c != nil {
+			c()
+		}
 	}
 	for _, pe := range p.peers {
 		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel} {
@@ -714,7 +726,7 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 		// its subscribers will be told "producer restarted" when this
 		// node's next incarnation joins (version 1's behaviour).
 		pe.retired = true
-		p.checkDrain(ctx)
+		p.checkDrain(ctx, false)
 		return
 	}
 	req := &messages.Retire{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
@@ -725,7 +737,7 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 			return p.nack(pe, res)
 		}
 		pe.retired = true
-		p.checkDrain(ctx)
+		p.checkDrain(ctx, false)
 		return true
 	})
 }
@@ -735,8 +747,9 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 // peer that has not listed this node yet), a node down for good fails fast.
 const drainGiveUp = 3
 
-// checkDrain answers Drain once no reachable node is left to wait for.
-func (p *producer) checkDrain(ctx actor.Context) {
+// checkDrain answers Drain once no reachable node is left to wait for, or
+// at once when due (Drain.Budget passed): then the nodes not done are away.
+func (p *producer) checkDrain(ctx actor.Context, due bool) {
 	if p.drainTo == nil {
 		return
 	}
@@ -745,7 +758,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 		switch {
 		case pe.retired:
 			res.Retired++
-		case pe.absent || pe.failures >= drainGiveUp:
+		case due || pe.absent || pe.failures >= drainGiveUp:
 			lag := uint64(0)
 			if d, err := p.ring.Decide(pe.next); err == nil && pe.workerInc != 0 {
 				lag = d.Lag
@@ -757,6 +770,9 @@ func (p *producer) checkDrain(ctx actor.Context) {
 	}
 	ctx.Send(p.drainTo, res)
 	p.drainTo = nil
+	if p.drainDue != nil {
+		p.drainDue()
+	}
 }
 
 // nack handles an answer that is not OK. It returns false to have the call
@@ -839,7 +855,7 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	es := ctx.ActorSystem().EventStream
 	es.Publish(&messages.SyncFailed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Err: err.Error(), Failures: pe.failures})
 	es.Publish(&messages.RetryScheduled{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, After: p.cfg.RetryInterval})
-	p.checkDrain(ctx) // a node that fails calls is not waited for
+	p.checkDrain(ctx, false) // a node that fails calls is not waited for
 }
 
 // expired counts and announces a CursorExpired told to pe (missed 0: not
@@ -891,7 +907,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 			pe.absent = true
 			p.log.Info().Str("node", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
-			p.checkDrain(ctx)
+			p.checkDrain(ctx, false)
 		}
 	}
 }
