@@ -13,7 +13,8 @@ const Held Outcome = NotOpen + 1
 // ends; they must not call back into the engine.
 type Pacer interface {
 	// Hold: a delivery of s is held (Pace returned Held): s's actor
-	// handles no further delivery until Room.
+	// handles no further delivery until Room. Called on every Held, so it
+	// must be idempotent.
 	Hold(s *Session)
 	// Room: s has room again, its owner stalled (Limits.Wait passed), or
 	// s closed: its actor may go on.
@@ -35,7 +36,9 @@ func (e *Engine) Pace(s *Session, durable bool, build func(deliveryID uint64) in
 		if held && !s.waiting {
 			s.waiting = true
 			s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
-			e.pacer.Hold(s)
+		}
+		if held {
+			e.pacer.Hold(s) // again on every Held: a restarted actor's mailbox was resumed
 		}
 		s.mu.Unlock()
 		if held {

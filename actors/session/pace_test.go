@@ -50,8 +50,8 @@ func pace(e *Engine, s *Session, durable bool) Outcome {
 	return e.Pace(s, durable, func(id uint64) interface{} { return delivered{id} })
 }
 
-// Pace holds a durable delivery at SoftQueue (once: Hold is called once per
-// wait), never an ephemeral one; acks down to SoftQueue/2 end the wait
+// Pace holds a durable delivery at SoftQueue (Hold on each), never an
+// ephemeral one; acks down to SoftQueue/2 end the wait
 // (Room); Wait without an ack ends it too, and the session is then paced
 // no more (SOFT_QUEUE_EXCEEDED, then HardQueue closes it) until an ack.
 func TestPaceHoldsAtSoftQueueUntilRoomOrStall(t *testing.T) {
@@ -69,7 +69,7 @@ func TestPaceHoldsAtSoftQueueUntilRoomOrStall(t *testing.T) {
 	if o := pace(e, s, true); o != Held {
 		t.Fatalf("at SoftQueue: %v, want Held", o)
 	}
-	if o := pace(e, s, true); o != Held || p.String() != "hold " {
+	if o := pace(e, s, true); o != Held || p.String() != "hold hold " {
 		t.Fatalf("held again: %v, calls %s", o, p)
 	}
 	if o := pace(e, s, false); o != Delivered {
@@ -81,7 +81,7 @@ func TestPaceHoldsAtSoftQueueUntilRoomOrStall(t *testing.T) {
 		}
 	}
 	<-p.room
-	if p.String() != "hold room " {
+	if p.String() != "hold hold room " {
 		t.Fatalf("calls %s", p)
 	}
 	for i := 0; i < 2; i++ {
@@ -102,7 +102,7 @@ func TestPaceHoldsAtSoftQueueUntilRoomOrStall(t *testing.T) {
 			t.Fatalf("stalled, delivery %d: %v, want %v", i+1, o, want)
 		}
 	}
-	if p.String() != "hold room hold room " {
+	if p.String() != "hold hold room hold room " {
 		t.Fatalf("calls %s", p)
 	}
 	var states []string
