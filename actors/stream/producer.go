@@ -162,6 +162,8 @@ type producer struct {
 	lastWarn time.Time
 	drainTo  *actor.PID // who asked Drain; nil when not draining
 	drainDue scheduler.CancelFunc
+	// drainLate: Drain.Budget passed; the nodes not done are away.
+	drainLate bool
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -211,9 +213,10 @@ func (p *producer) Receive(ctx actor.Context) {
 		}
 		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
 		p.flushAll(ctx)
-		p.checkDrain(ctx, false)
+		p.checkDrain(ctx)
 	case *drainDue:
-		p.checkDrain(ctx, true)
+		p.drainLate = true
+		p.checkDrain(ctx)
 	case *actor.Started:
 		buf, err := newStore(p.cfg.BufferSize)
 		if err != nil { // Validate rules this out; say so rather than crash-loop silently.
@@ -726,7 +729,7 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 		// its subscribers will be told "producer restarted" when this
 		// node's next incarnation joins (version 1's behaviour).
 		pe.retired = true
-		p.checkDrain(ctx, false)
+		p.checkDrain(ctx)
 		return
 	}
 	req := &messages.Retire{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
@@ -737,7 +740,7 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 			return p.nack(pe, res)
 		}
 		pe.retired = true
-		p.checkDrain(ctx, false)
+		p.checkDrain(ctx)
 		return true
 	})
 }
@@ -748,8 +751,8 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 const drainGiveUp = 3
 
 // checkDrain answers Drain once no reachable node is left to wait for, or
-// at once when due (Drain.Budget passed): then the nodes not done are away.
-func (p *producer) checkDrain(ctx actor.Context, due bool) {
+// at once when drainLate.
+func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
 		return
 	}
@@ -758,7 +761,7 @@ func (p *producer) checkDrain(ctx actor.Context, due bool) {
 		switch {
 		case pe.retired:
 			res.Retired++
-		case due || pe.absent || pe.failures >= drainGiveUp:
+		case p.drainLate || pe.absent || pe.failures >= drainGiveUp:
 			lag := uint64(0)
 			if d, err := p.ring.Decide(pe.next); err == nil && pe.workerInc != 0 {
 				lag = d.Lag
@@ -855,7 +858,7 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	es := ctx.ActorSystem().EventStream
 	es.Publish(&messages.SyncFailed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Err: err.Error(), Failures: pe.failures})
 	es.Publish(&messages.RetryScheduled{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, After: p.cfg.RetryInterval})
-	p.checkDrain(ctx, false) // a node that fails calls is not waited for
+	p.checkDrain(ctx) // a node that fails calls is not waited for
 }
 
 // expired counts and announces a CursorExpired told to pe (missed 0: not
@@ -907,7 +910,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 			pe.absent = true
 			p.log.Info().Str("node", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
-			p.checkDrain(ctx, false)
+			p.checkDrain(ctx)
 		}
 	}
 }
