@@ -73,12 +73,12 @@ func TestCatchUpLargerThanHardQueueKeepsAPromptSession(t *testing.T) {
 
 // TestHeldSessionHoldsNothingElse: a session's owner that has not acked
 // yet holds the session at SoftQueue (RoomWait is long here: it does not
-// stall). A plain subscriber on the same node gets all 500 meanwhile: the
+// stall). A plain subscriber on the same node gets all 501 meanwhile: the
 // node's stream does not wait for the session. Each AckMany of what the
 // owner holds makes room, and the session gets the rest, in order, 50 at a
 // time, with no notice: nothing lost, no pressure, never closed.
 func TestHeldSessionHoldsNothingElse(t *testing.T) {
-	const n, soft = 500, 50
+	const n, soft = 501, 50 // the last one is held with nothing behind it: only the wake-up brings it
 	cfg := sessionConfig(soft, 100)
 	cfg.RoomWait = time.Minute
 	nd := test.StartCluster(t, 1, cfg)[0]
