@@ -239,10 +239,19 @@ const (
 // from that id (0 for an ephemeral one). build and the send run under the
 // session's lock: build must not call back into the engine.
 func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64) interface{}) Outcome {
+	return e.deliver(s, durable, false, build)
+}
+
+// deliver is Deliver, and with paced Pace (see pace.go).
+func (e *Engine) deliver(s *Session, durable, paced bool, build func(deliveryID uint64) interface{}) Outcome {
 	s.mu.Lock()
 	if !s.open {
 		s.mu.Unlock()
 		return NotOpen
+	}
+	if durable && paced && e.hold(s) {
+		s.mu.Unlock()
+		return Held
 	}
 	if !durable {
 		e.out.Send(s.owner, build(0))

@@ -30,22 +30,21 @@ func (e *Engine) SetPacer(p Pacer) { e.pacer = p }
 // above is held (Held), unless its owner stalled. Ephemeral deliveries,
 // which reserve nothing, are never held.
 func (e *Engine) Pace(s *Session, durable bool, build func(deliveryID uint64) interface{}) Outcome {
-	if durable && e.pacer != nil && e.lim.Wait > 0 {
-		s.mu.Lock()
-		held := s.open && !s.stalled && len(s.res) >= e.lim.SoftQueue
-		if held && !s.waiting {
-			s.waiting = true
-			s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
-		}
-		if held {
-			e.pacer.Hold(s) // again on every Held: a restarted actor's mailbox was resumed
-		}
-		s.mu.Unlock()
-		if held {
-			return Held
-		}
+	return e.deliver(s, durable, e.pacer != nil && e.lim.Wait > 0, build)
+}
+
+// hold reports whether a durable delivery of open session s must wait for
+// room, and if so makes it wait. Caller holds s.mu.
+func (e *Engine) hold(s *Session) bool {
+	if s.stalled || len(s.res) < e.lim.SoftQueue {
+		return false
 	}
-	return e.Deliver(s, durable, build)
+	if !s.waiting {
+		s.waiting = true
+		s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
+	}
+	e.pacer.Hold(s) // again on every Held: a restarted actor's mailbox was resumed
+	return true
 }
 
 // stall ends a wait that Limits.Wait outlasted with no ack: the owner is not
