@@ -78,7 +78,11 @@
 // Config.SoftQueue the owner gets a *messages.SessionPressure (once per
 // transition); a delivery that would exceed Config.HardQueue is rolled back
 // and Config.SlowConsumerAction closes the session (*messages.SessionClosed)
-// or also stops the owner; a full node-wide table
+// or also stops the owner. Live deliveries are paced by the session's room:
+// at SoftQueue pending the next one waits for acks, so that a backlog (a
+// node's catch-up) never closes an owner that acks at once; an owner that
+// acks nothing for Config.RoomWait is not paced until it acks again (see
+// "Pacing" in package actors/session). A full node-wide table
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.

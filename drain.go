@@ -15,6 +15,13 @@ import (
 // subscribers as a "producer restarted" CursorExpired. It waits within ctx;
 // nodes that are away are not waited for (they are told when they return),
 // and what is left unacknowledged is logged with counts.
+//
+// Each producer answers within its budget, nine tenths of the wait, whatever
+// its peers do (a stopped peer's calls each time out after a whole
+// CallTimeout), so that where every producer ended is recorded (ended) in
+// every case: a node-local store's peers compare it with what they hold
+// when this node's next incarnation joins, and mark a gap only for what
+// they really lack.
 func (ps *PubSub) drain(ctx context.Context) {
 	start := time.Now()
 	until := drainDeadline(ctx, 2*ps.rt.Cfg.CallTimeout)
@@ -28,7 +35,7 @@ func (ps *PubSub) drain(ctx context.Context) {
 	// not eat the others' time.
 	futures := make([]*actor.Future, ps.rt.Cfg.PoolSize)
 	for g := range futures {
-		futures[g] = ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &stream.Drain{}, timeout)
+		futures[g] = ps.rt.System.Root.RequestFuture(ps.rt.ProducerPID(uint32(g)), &stream.Drain{Budget: timeout * 9 / 10}, timeout)
 	}
 	for g, f := range futures {
 		res, err := f.Result()

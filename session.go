@@ -200,7 +200,7 @@ func (r rootSender) Exit(pid *actor.PID)                  { r.system.Root.Poison
 func (ps *PubSub) startSessions() error {
 	cfg := ps.cfg
 	lim := session.Limits{SoftQueue: cfg.SoftQueue, HardQueue: cfg.HardQueue, Action: session.Disconnect,
-		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems}
+		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems, Wait: cfg.RoomWait}
 	if cfg.SlowConsumerAction == ExitOwner {
 		lim.Action = session.ExitOwner
 	}
@@ -211,6 +211,7 @@ func (ps *PubSub) startSessions() error {
 				system.Root.Stop(pid) // the registry drops its subscriptions when it terminates
 			}
 		})
+	eng.SetPacer(sessionPacer{system})
 	mgr, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &sessionManager{} },
 		supervision.IgnorePoisonPill()), sessionManagerName(cfg.Name))
 	if err != nil {

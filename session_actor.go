@@ -40,6 +40,43 @@ type sessionActor struct {
 	// of the stream (at-least-once below) is not delivered to the session
 	// a second time, as a new delivery id the owner would process again.
 	seen map[origin]position
+	// held is what waits for the session's room, in order: the envelope the
+	// engine held (session.Held), and what this actor took from its mailbox
+	// after it (see "Pacing" in package session).
+	held []interface{}
+}
+
+// sessionRoom wakes a session actor whose delivery was held: the engine
+// made room (or the owner stalled, or the session closed).
+type sessionRoom struct{}
+
+// sessionPacer lets session actors wait for room: a held delivery suspends
+// the actor's mailbox, so what follows stays there, under the actor's
+// back-pressure bound; room resumes it and wakes the actor, which hands
+// over what it held before anything newer.
+type sessionPacer struct{ system *actor.ActorSystem }
+
+func (p sessionPacer) Hold(s *session.Session) { p.post(s, &actor.SuspendMailbox{}) }
+
+func (p sessionPacer) Room(s *session.Session) {
+	if pid := p.post(s, &actor.ResumeMailbox{}); pid != nil {
+		p.system.Root.Send(pid, &sessionRoom{})
+	}
+}
+
+// post sends a system message to s's actor and returns its PID (nil when
+// it has none or is gone).
+func (p sessionPacer) post(s *session.Session, msg interface{}) *actor.PID {
+	pid := s.Attached.(*sessionRec).actor.Load()
+	if pid == nil {
+		return nil
+	}
+	proc, ok := p.system.ProcessRegistry.GetLocal(pid.Id)
+	if !ok {
+		return nil
+	}
+	proc.SendSystemMessage(pid, msg)
+	return pid
 }
 
 type origin struct {
@@ -60,37 +97,82 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 	case *messages.Delivery:
 		a.deliver(m)
 	case *messages.CursorExpired:
-		a.ps.sess.engine.Notify(a.s, m)
+		a.hand(m)
 	case *messages.BackPressure:
-		a.ps.sess.engine.Notify(a.s, m)
+		a.hand(m)
+	case *sessionRoom:
+		a.flush()
 	}
 }
 
+// deliver hands d's envelope on, unless the session does not take it.
 func (a *sessionActor) deliver(d *messages.Delivery) {
+	if env := a.envelope(d); env != nil {
+		a.hand(env)
+	}
+}
+
+// hand passes one envelope or notice on to the owner, behind what is held.
+func (a *sessionActor) hand(item interface{}) {
+	if len(a.held) == 0 {
+		if !a.pass(item) {
+			a.held = append(a.held, item)
+		}
+		return
+	}
+	a.held = append(a.held, item)
+	a.flush()
+}
+
+// flush passes on what is held, in order, until the engine holds one again.
+func (a *sessionActor) flush() {
+	for i, item := range a.held {
+		if !a.pass(item) {
+			a.held = a.held[i:]
+			return
+		}
+		a.held[i] = nil
+	}
+	a.held = a.held[:0]
+}
+
+// pass hands item to the engine; false: held, pass it again after room.
+func (a *sessionActor) pass(item interface{}) bool {
+	env, ok := item.(*Envelope)
+	if !ok {
+		a.ps.sess.engine.Notify(a.s, item)
+		return true
+	}
+	return a.ps.sess.engine.Pace(a.s, env.Class == Durable, func(id uint64) interface{} {
+		env.DeliveryID = id
+		return env
+	}) != session.Held
+}
+
+// envelope makes d's envelope, or nil when the session does not take it (a
+// redelivery, unsubscribed, a malformed request).
+func (a *sessionActor) envelope(d *messages.Delivery) *Envelope {
 	if !d.Local {
 		k := origin{d.Node, d.Group}
 		if p, ok := a.seen[k]; ok && p.incarnation == d.Incarnation && d.Cursor <= p.cursor {
-			return // a redelivery of what this session was already handed
+			return nil // a redelivery of what this session was already handed
 		}
 		a.seen[k] = position{d.Incarnation, d.Cursor}
 	}
 	env := &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
 	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
 		if !a.fromInbox(env, sm, d.Node) {
-			return
+			return nil
 		}
 	} else {
 		spec, ok := (*a.rec.subs.Load())[d.Topic]
 		if !ok {
-			return // unsubscribed while this was on its way
+			return nil // unsubscribed while this was on its way
 		}
 		env.Class, env.Context = spec.class, spec.context
 		a.body(env, d.Message, nil, "")
 	}
-	a.ps.sess.engine.Deliver(a.s, env.Class == Durable, func(id uint64) interface{} {
-		env.DeliveryID = id
-		return env
-	})
+	return env
 }
 
 // body fills Event, Payload and PayloadType as the session's format asks.

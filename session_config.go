@@ -3,6 +3,7 @@ package echopubsub
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // SlowConsumerAction is what happens to a session whose pending count
@@ -65,12 +66,24 @@ type SessionConfig struct {
 	// MaxBatchItems bounds the ids one AckMany call accepts. Defaults to
 	// 1000.
 	MaxBatchItems int
+	// RoomWait: a session is handed its live durable deliveries while its
+	// pending count is below SoftQueue; at SoftQueue the next one waits for
+	// acks to make room (down to SoftQueue/2), so that a backlog (a node's
+	// catch-up after a cut) reaches an owner that acks at once as fast as
+	// it acks, and never closes it at HardQueue. What waits stays in the
+	// session's queue, under MaxQueueLen like any subscriber's. An owner
+	// that acknowledges nothing for RoomWait while a delivery waits is not
+	// keeping up: its deliveries go on without waiting until its next ack,
+	// and SoftQueue's notice and HardQueue apply. 0 never waits (a backlog
+	// counts against HardQueue as it arrives). Must be >= 0. Defaults to
+	// 1s.
+	RoomWait time.Duration
 }
 
 // DefaultSessionConfig returns the session defaults of the original.
 func DefaultSessionConfig() SessionConfig {
 	return SessionConfig{SoftQueue: 500, HardQueue: 2000, SlowConsumerAction: Disconnect,
-		MaxDeliveryReservations: ReservationsBalanced, MaxBatchItems: 1000}
+		MaxDeliveryReservations: ReservationsBalanced, MaxBatchItems: 1000, RoomWait: time.Second}
 }
 
 // validate names the first invalid field and its value.
@@ -83,6 +96,9 @@ func (c SessionConfig) validate() error {
 		if f.v <= 0 {
 			return fmt.Errorf("echopubsub: config %s must be > 0, got %d", f.name, f.v)
 		}
+	}
+	if c.RoomWait < 0 {
+		return fmt.Errorf("echopubsub: config RoomWait must be >= 0, got %v", c.RoomWait)
 	}
 	if c.SoftQueue >= c.HardQueue {
 		return fmt.Errorf("%w: SoftQueue is %d, HardQueue is %d", ErrSoftQueueNotBelowHardQueue, c.SoftQueue, c.HardQueue)

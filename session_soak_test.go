@@ -253,6 +253,10 @@ func TestSessionSoakThreeNodes(t *testing.T) {
 	// 4 sessions a node: the table fills when the never-acker and the
 	// hoarder hold 3300 together; the hoarder then releases all it holds.
 	cfg.MaxDeliveryReservations = 3300
+	// The never-acker and the hoarder (which acks at half HardQueue only)
+	// acknowledge nothing at SoftQueue: a short RoomWait lets them stall at
+	// once and fill the table, as this soak is about; the ackers are paced.
+	cfg.RoomWait = 20 * time.Millisecond
 	nodes := test.StartCluster(t, 3, cfg)
 	check := test.NewChecker()
 	pubNode := map[string]string{}

@@ -835,7 +835,9 @@ type Expire struct {
 	ProducerNode        string                 `protobuf:"bytes,3,opt,name=producer_node,json=producerNode,proto3" json:"producer_node,omitempty"`
 	ProducerIncarnation uint64                 `protobuf:"varint,4,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
 	Group               uint32                 `protobuf:"varint,5,opt,name=group,proto3" json:"group,omitempty"`
-	// Messages that can no longer be replayed.
+	// Messages the node will never receive: from its cursor to next_cursor
+	// (overwritten, or still buffered and skipped). The worker counts them
+	// from its own cursor.
 	Missed uint64 `protobuf:"varint,6,opt,name=missed,proto3" json:"missed,omitempty"`
 	// The cursor the producer sends next (its write cursor when it decided).
 	NextCursor    uint64 `protobuf:"varint,7,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
@@ -1151,7 +1153,10 @@ type CursorExpired struct {
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// Pool group of the producer on `node`.
 	Group uint32 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
-	// Messages known to be lost, when known (0 = unknown, e.g. a restart).
+	// Messages of this producer this node will never receive, when known
+	// (0 = unknown, e.g. a restart): for a node that fell behind the buffer,
+	// every one from its cursor on, the overwritten ones and the still
+	// buffered ones it skips.
 	Missed        uint64 `protobuf:"varint,3,opt,name=missed,proto3" json:"missed,omitempty"`
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields

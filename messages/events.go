@@ -21,12 +21,18 @@ type (
 	}
 	// Expired: a node was told CursorExpired by this producer (it fell
 	// behind the buffer, or messages it was owed at its join were gone).
-	// Missed is 0 when the count is not known.
+	// Missed is every message the node will never receive from this
+	// producer, counted from the cursor it last acknowledged, 0 when not
+	// known (a join). Overwritten of them were overwritten in the buffer;
+	// the others (Missed - Overwritten) were still buffered and are skipped:
+	// the node's cursor moves to the write cursor, so that nothing older
+	// arrives after its subscribers reloaded.
 	Expired struct {
-		Pubsub string
-		Group  uint32
-		Node   string
-		Missed uint64
+		Pubsub      string
+		Group       uint32
+		Node        string
+		Missed      uint64
+		Overwritten uint64
 	}
 	// SyncFailed: a call to a node failed (unreachable, timed out, refused).
 	SyncFailed struct {

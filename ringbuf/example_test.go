@@ -20,7 +20,7 @@ func Example() {
 			}
 			fmt.Printf("write=%d B=%d lag=%d -> %s %v\n", ring.WriteCursor(), next, d.Lag, d.Kind, msgs)
 		case ringbuf.Expired:
-			fmt.Printf("write=%d B=%d lag=%d -> %s %d\n", ring.WriteCursor(), next, d.Lag, d.Kind, d.Missed)
+			fmt.Printf("write=%d B=%d lag=%d -> %s: misses %d (%d overwritten)\n", ring.WriteCursor(), next, d.Lag, d.Kind, d.Missed, d.Overwritten)
 		default:
 			fmt.Printf("write=%d B=%d lag=%d -> %s\n", ring.WriteCursor(), next, d.Lag, d.Kind)
 		}
@@ -40,5 +40,5 @@ func Example() {
 	// Output:
 	// write=3 B=3 lag=0 -> caught_up
 	// write=5 B=3 lag=2 -> messages [m3 m4]
-	// write=8 B=3 lag=5 -> expired 1
+	// write=8 B=3 lag=5 -> expired: misses 5 (1 overwritten)
 }

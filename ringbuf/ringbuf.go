@@ -9,7 +9,16 @@
 //
 //	lag == 0         -> CaughtUp: send nothing
 //	lag <= Cap()     -> Messages: replay next..write-1, in order
-//	lag >  Cap()     -> Expired:  lag-Cap() messages were overwritten
+//	lag >  Cap()     -> Expired:  the node's cursor moves to write; it
+//	                              misses all lag messages: lag-Cap() were
+//	                              overwritten, the Cap() still buffered
+//	                              are skipped
+//
+// An expired node skips what is still buffered too: it is told to reload
+// from a source of truth, and older messages arriving after that reload
+// would roll its state back. So Missed is the whole lag, everything the
+// node will never receive from this ring, and Overwritten the part of it
+// that was gone.
 //
 // Nothing else in EchoPubSub computes lag: callers ask Decide.
 //
@@ -81,8 +90,12 @@ type Decision struct {
 	// From and To bound the messages to send, [From, To), for Messages.
 	// For Expired, To is the write cursor: the node's cursor moves there.
 	From, To uint64
-	// Missed is the number of overwritten messages, for Expired.
-	Missed uint64
+	// Missed is, for Expired, the number of messages the node will never
+	// receive: every one from its cursor to To (the lag). Overwritten of
+	// them were overwritten; the other Missed - Overwritten were still
+	// buffered and are skipped. For an Expired of Join both are 0: not
+	// known.
+	Missed, Overwritten uint64
 }
 
 // Ring is a fixed-capacity ring buffer of T indexed by absolute cursor.
@@ -151,7 +164,7 @@ func (r *Ring[T]) Decide(next uint64) (Decision, error) {
 	case lag == 0:
 		return Decision{Kind: CaughtUp, From: next, To: next}, nil
 	case lag > uint64(len(r.slots)):
-		return Decision{Kind: Expired, Lag: lag, From: next, To: r.write, Missed: lag - uint64(len(r.slots))}, nil
+		return Decision{Kind: Expired, Lag: lag, From: next, To: r.write, Missed: lag, Overwritten: lag - uint64(len(r.slots))}, nil
 	default:
 		return Decision{Kind: Messages, Lag: lag, From: next, To: r.write}, nil
 	}

@@ -14,16 +14,25 @@ type model struct {
 	capacity int
 }
 
-func (m *model) decide(next uint64) (Kind, []int, uint64) {
+// decide is the model's answer, and for Expired what the node misses (every
+// message from next on: its cursor moves to the write cursor) and how many
+// of those are no longer held (older than the last capacity written).
+func (m *model) decide(next uint64) (kind Kind, want []int, missed, overwritten uint64) {
 	write := uint64(len(m.all))
 	lag := write - next
 	switch {
 	case lag == 0:
-		return CaughtUp, nil, 0
+		return CaughtUp, nil, 0, 0
 	case lag > uint64(m.capacity):
-		return Expired, nil, lag - uint64(m.capacity)
+		for c := next; c < write; c++ {
+			missed++
+			if c+uint64(m.capacity) < write {
+				overwritten++
+			}
+		}
+		return Expired, nil, missed, overwritten
 	}
-	return Messages, m.all[next:], 0
+	return Messages, m.all[next:], 0, 0
 }
 
 func TestNewRejectsBadCapacity(t *testing.T) {
@@ -102,9 +111,9 @@ func TestAgainstModel(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decide(%d): %v", next, err)
 			}
-			kind, want, missed := m.decide(next)
-			if d.Kind != kind || d.Missed != missed || d.Lag != uint64(len(m.all))-next {
-				t.Fatalf("Decide(%d) = %+v, model %v missed %d", next, d, kind, missed)
+			kind, want, missed, overwritten := m.decide(next)
+			if d.Kind != kind || d.Missed != missed || d.Overwritten != overwritten || d.Lag != uint64(len(m.all))-next {
+				t.Fatalf("Decide(%d) = %+v, model %v missed %d overwritten %d", next, d, kind, missed, overwritten)
 			}
 			if kind == Messages {
 				for i, c := 0, d.From; c < d.To; i, c = i+1, c+1 {

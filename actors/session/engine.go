@@ -27,6 +27,35 @@
 //	                                  SOFT_QUEUE_RELIEVED when an ack brings
 //	                                  it back to SoftQueue or below
 //
+// # Pacing
+//
+// A node that was cut off gets what it missed as a backlog: its worker
+// hands the node's subscribers thousands of messages in a few
+// milliseconds, and a session's actor would turn them all into envelopes
+// before the owner runs once. Counted as pending, an owner that
+// acknowledges each envelope as it arrives would be closed at HardQueue
+// for how the backlog was handed over, not for being slow. So a live
+// durable delivery goes through Pace, which hands it over only while the
+// session has room: pending below SoftQueue. Without room it is held
+// (Held): nothing is reserved or sent, and the session's actor waits, with
+// what follows it left in the actor's own mailbox, where the pubsub's
+// usual back-pressure bound (MaxQueueLen, drop-newest with a BackPressure
+// notice) applies as for any subscriber. Acks make room: once pending is
+// down to SoftQueue/2 the engine tells the actor (Pacer.Room), which hands
+// the held delivery and the rest over, in order, until the session is out
+// of room again. Nothing is dropped by pacing, and nothing else waits for
+// it: the worker, the node's stream and the other subscribers never do.
+//
+// An owner that acknowledges nothing for Limits.Wait while a delivery is
+// held is not keeping up: the engine tells the actor (Room) and marks the
+// session stalled, and until the owner's next ack its deliveries go
+// without waiting, under Deliver's rules (SOFT_QUEUE_EXCEEDED, and at
+// HardQueue SlowConsumerAction). So HardQueue still closes a consumer that
+// stopped; one that acknowledges at least once per Wait is held at
+// SoftQueue and never reaches it (if it keeps falling behind, its queue
+// reaches MaxQueueLen and it is dropped for, and told, as a plain
+// subscriber is).
+//
 // # Concurrency
 //
 // Engine and Session methods are safe for concurrent use. The session table
@@ -36,8 +65,8 @@
 // the transitions they describe. The two locks are never held together.
 //
 // Cost: an Ack is a read-locked map lookup, a locked map delete and an
-// atomic add; it does not allocate (except on an error or a soft-queue
-// transition, which sends a notice).
+// atomic add; it does not allocate (except on an error, a soft-queue
+// transition, which sends a notice, or the ack that ends a wait for room).
 package session
 
 import (
@@ -45,6 +74,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -86,6 +116,9 @@ type Limits struct {
 	Action          Action
 	MaxReservations int64
 	MaxBatchItems   int
+	// Wait is how long a held live delivery waits for room while the owner
+	// acknowledges nothing (see Pacing); 0: deliveries are never held.
+	Wait time.Duration
 }
 
 // Sender delivers to actors. The root package passes the actor system's
@@ -111,6 +144,7 @@ type Engine struct {
 	reserved atomic.Int64 // reservations held by every session together
 	closed   atomic.Bool
 	m        *core.Metrics // set by SetMetrics before the first session; nil: not counted
+	pacer    Pacer         // set by SetPacer before the first session; nil: no pacing
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
@@ -147,6 +181,9 @@ type Session struct {
 	pressure bool                // above SoftQueue (notice sent)
 	full     bool                // refused for a full table (notice sent)
 	refused  uint64              // refused since full
+	waiting  bool                // a delivery is held for room (Pace); wait ends it
+	stalled  bool                // Wait passed with no ack: not held until the next ack
+	wait     *time.Timer
 }
 
 // ID is the session's id.
@@ -202,10 +239,19 @@ const (
 // from that id (0 for an ephemeral one). build and the send run under the
 // session's lock: build must not call back into the engine.
 func (e *Engine) Deliver(s *Session, durable bool, build func(deliveryID uint64) interface{}) Outcome {
+	return e.deliver(s, durable, false, build)
+}
+
+// deliver is Deliver, and with paced Pace (see pace.go).
+func (e *Engine) deliver(s *Session, durable, paced bool, build func(deliveryID uint64) interface{}) Outcome {
 	s.mu.Lock()
 	if !s.open {
 		s.mu.Unlock()
 		return NotOpen
+	}
+	if durable && paced && e.hold(s) {
+		s.mu.Unlock()
+		return Held
 	}
 	if !durable {
 		e.out.Send(s.owner, build(0))
@@ -331,6 +377,7 @@ func (e *Engine) release(s *Session, deliveryID uint64) {
 		s.pressure = false
 		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED)
 	}
+	e.acked(s)
 }
 
 // AckMany releases each of ids that s holds; the others are appended to
@@ -430,6 +477,9 @@ func (e *Engine) closeLocked(s *Session, reason messages.SessionCloseReason, det
 		return nil
 	}
 	s.open = false
+	if s.waiting {
+		e.endWait(s)
+	}
 	released := len(s.res)
 	e.reserved.Add(-int64(released))
 	s.res = nil

@@ -45,9 +45,12 @@ type StatsQuery struct{}
 // Drain asks a producer to finish (graceful Stop): flush at once, and retire
 // its incarnation with every node that is reachable, once that node
 // acknowledged everything written. The producer answers *Drained when no
-// reachable node is left to wait for. Nodes that are away (absent, or
-// failing drainGiveUp calls in a row) are not waited for.
-type Drain struct{}
+// reachable node is left to wait for, or when Budget (if > 0) has passed,
+// whichever comes first: a node whose calls time out (stopped, its remote
+// shut down) costs a CallTimeout per call, and must not cost the answer.
+// Nodes that are away (absent, failing drainGiveUp calls in a row, or not
+// done within Budget) are not waited for.
+type Drain struct{ Budget time.Duration }
 
 // Drained answers Drain.
 type Drained struct {
@@ -65,6 +68,7 @@ type (
 	flushTick   struct{}
 	retryPeer   struct{ node string }
 	forgetCheck struct{ node string }
+	drainDue    struct{} // Drain.Budget passed
 )
 
 // peer is one remote node as this producer sees it.
@@ -157,6 +161,9 @@ type producer struct {
 	dur      core.Durable
 	lastWarn time.Time
 	drainTo  *actor.PID // who asked Drain; nil when not draining
+	drainDue scheduler.CancelFunc
+	// drainLate: Drain.Budget passed; the nodes not done are away.
+	drainLate bool
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -201,8 +208,14 @@ func (p *producer) Receive(ctx actor.Context) {
 		ctx.Respond(p.stats())
 	case *Drain:
 		p.drainTo = ctx.Sender()
+		if m.Budget > 0 {
+			p.drainDue = p.sched.SendOnce(m.Budget, ctx.Self(), &drainDue{})
+		}
 		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
 		p.flushAll(ctx)
+		p.checkDrain(ctx)
+	case *drainDue:
+		p.drainLate = true
 		p.checkDrain(ctx)
 	case *actor.Started:
 		buf, err := newStore(p.cfg.BufferSize)
@@ -253,8 +266,10 @@ func (p *producer) armFlush(ctx actor.Context) {
 // stopTimers cancels every pending timer, so none fires into a stopped or
 // restarted producer.
 func (p *producer) stopTimers() {
-	if p.flushCancel != nil {
-		p.flushCancel()
+	for _, c := range []scheduler.CancelFunc{p.flushCancel, p.drainDue} {
+		if c != nil {
+			c()
+		}
 	}
 	for _, pe := range p.peers {
 		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel} {
@@ -525,7 +540,7 @@ func (p *producer) batchV1(b *messages.Batch) *messages.Batch {
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
-	p.log.Warn().Str("peer", pe.m.Name).Uint64("missed", d.Missed).Msg("node fell behind the buffer: sending cursor expired")
+	p.log.Warn().Str("peer", pe.m.Name).Uint64("missed", d.Missed).Uint64("overwritten", d.Overwritten).Msg("node fell behind the buffer: sending cursor expired")
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.BatchAck)
 		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
@@ -538,7 +553,7 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		// first ack was lost was told then); a version 1 worker does not
 		// say, and tells every Expire that moves its cursor.
 		if ack.ExpiredTold || p.speaks(pe) == messages.PreviousProtocolVersion {
-			p.expired(ctx, pe, d.Missed)
+			p.expired(ctx, pe, d.Missed, d.Overwritten)
 		}
 		p.service(ctx, pe)
 		return true
@@ -670,7 +685,7 @@ func (p *producer) registerV1(ctx actor.Context, pe *peer) {
 		if len(ack.SupportedVersions) == 0 && missed && pe.toldFor != ack.WorkerIncarnation {
 			// A version 1 worker does not say whether it told; it tells
 			// every join with missed_writes of a producer it does not hold.
-			p.expired(ctx, pe, 0)
+			p.expired(ctx, pe, 0, 0)
 			pe.toldFor = ack.WorkerIncarnation
 		}
 		p.joined(ctx, pe, ack)
@@ -685,7 +700,7 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 		// Counted from the worker's word, once per join that told: not for
 		// a join the worker already held (it kept its cursor, told nothing
 		// and names the join that seeded it).
-		p.expired(ctx, pe, 0)
+		p.expired(ctx, pe, 0, 0)
 		pe.toldFor = ack.ToldJoin
 	}
 	if messages.Speaks(ack.SupportedVersions, messages.ProtocolVersion) && pe.version != 0 {
@@ -734,7 +749,8 @@ func (p *producer) sendRetire(ctx actor.Context, pe *peer) {
 // peer that has not listed this node yet), a node down for good fails fast.
 const drainGiveUp = 3
 
-// checkDrain answers Drain once no reachable node is left to wait for.
+// checkDrain answers Drain once no reachable node is left to wait for, or
+// at once when drainLate.
 func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
 		return
@@ -744,7 +760,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 		switch {
 		case pe.retired:
 			res.Retired++
-		case pe.absent || pe.failures >= drainGiveUp:
+		case p.drainLate || pe.absent || pe.failures >= drainGiveUp:
 			lag := uint64(0)
 			if d, err := p.ring.Decide(pe.next); err == nil && pe.workerInc != 0 {
 				lag = d.Lag
@@ -756,6 +772,9 @@ func (p *producer) checkDrain(ctx actor.Context) {
 	}
 	ctx.Send(p.drainTo, res)
 	p.drainTo = nil
+	if p.drainDue != nil {
+		p.drainDue()
+	}
 }
 
 // nack handles an answer that is not OK. It returns false to have the call
@@ -841,11 +860,12 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	p.checkDrain(ctx) // a node that fails calls is not waited for
 }
 
-// expired counts and announces a CursorExpired told to pe (missed 0: not known).
-func (p *producer) expired(ctx actor.Context, pe *peer, missed uint64) {
+// expired counts and announces a CursorExpired told to pe (missed 0: not
+// known; overwritten: the part of missed that was overwritten).
+func (p *producer) expired(ctx actor.Context, pe *peer, missed, overwritten uint64) {
 	pe.expired++
 	p.m.ExpiredSent.Add(context.Background(), 1, pe.gauge.Attrs)
-	ctx.ActorSystem().EventStream.Publish(&messages.Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed})
+	ctx.ActorSystem().EventStream.Publish(&messages.Expired{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Missed: missed, Overwritten: overwritten})
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {

@@ -447,13 +447,19 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	}
 	told := m.NextCursor > k.expected
 	if told { // a retried Expire whose ack was lost is not told twice
+		// What this node will never get: everything from its own cursor to
+		// where it moves, overwritten or skipped (the producer's m.Missed
+		// counts from the cursor it last saw acknowledged, which an ack lost
+		// on the way leaves behind this one; a version 1 producer counts the
+		// overwritten ones only).
+		missed := m.NextCursor - k.expected
 		if w.dur != nil {
 			pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
-			if err := w.dur.Lost(pos, m.Missed, "fell behind the buffer"); err != nil {
+			if err := w.dur.Lost(pos, missed, "fell behind the buffer"); err != nil {
 				return w.reject("expire", m.ProducerNode, fmt.Errorf("durable store: %w", err))
 			}
 		}
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.Missed, Reason: "fell behind the buffer"})
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: missed, Reason: "fell behind the buffer"})
 		k.expected = m.NextCursor
 	}
 	ack := w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)

@@ -210,11 +210,11 @@ func (d *Demo) noticeChanges(n NodeView, truth Board) {
 		if p, ok := d.byAddr[from]; ok {
 			from = fmt.Sprintf("node %d", p)
 		}
-		were := "were"
-		if b.Last.Missed == 1 {
-			were = "was"
+		lost := "messages"
+		if b.Last.Missed != 0 { // 0: not known
+			lost = plural(b.Last.Missed, "message", "messages")
 		}
-		add("expired", fmt.Sprintf("Node %d got CursorExpired from %s: %s it needed %s overwritten", n.Index, from, plural(b.Last.Missed, "message", "messages"), were))
+		add("expired", fmt.Sprintf("Node %d got CursorExpired from %s: it will never get %s (overwritten, or skipped past with them)", n.Index, from, lost))
 	}
 	if b.Reloads > prev.Reloads && b.Last != nil {
 		add("reload", fmt.Sprintf("Node %d reloaded the score from the source of truth (goal #%d)", n.Index, b.Last.ReloadGoal))

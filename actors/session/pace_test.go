@@ -1,0 +1,149 @@
+package session
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub/messages"
+)
+
+// pacer records Hold and Room calls, in order.
+type pacer struct {
+	mu    sync.Mutex
+	calls []string
+	room  chan struct{}
+}
+
+func (p *pacer) Hold(*Session) { p.add("hold") }
+func (p *pacer) Room(*Session) {
+	p.add("room")
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pacer) add(c string) {
+	p.mu.Lock()
+	p.calls = append(p.calls, c)
+	p.mu.Unlock()
+}
+
+func (p *pacer) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmtCalls(p.calls)
+}
+
+func fmtCalls(c []string) string {
+	s := ""
+	for _, x := range c {
+		s += x + " "
+	}
+	return s
+}
+
+func pace(e *Engine, s *Session, durable bool) Outcome {
+	return e.Pace(s, durable, func(id uint64) interface{} { return delivered{id} })
+}
+
+// Pace holds a durable delivery at SoftQueue (Hold on each), never an
+// ephemeral one; acks down to SoftQueue/2 end the wait
+// (Room); Wait without an ack ends it too, and the session is then paced
+// no more (SOFT_QUEUE_EXCEEDED, then HardQueue closes it) until an ack.
+func TestPaceHoldsAtSoftQueueUntilRoomOrStall(t *testing.T) {
+	lim := Limits{SoftQueue: 4, HardQueue: 6, MaxReservations: 100, MaxBatchItems: 10, Wait: 50 * time.Millisecond}
+	out := newRecorder()
+	e := New(lim, "n", out, zerolog.Nop(), nil)
+	p := &pacer{room: make(chan struct{}, 1)}
+	e.SetPacer(p)
+	s := open(t, e, "a")
+	for i := 0; i < 4; i++ {
+		if o := pace(e, s, true); o != Delivered {
+			t.Fatalf("delivery %d: %v", i+1, o)
+		}
+	}
+	if o := pace(e, s, true); o != Held {
+		t.Fatalf("at SoftQueue: %v, want Held", o)
+	}
+	if o := pace(e, s, true); o != Held || p.String() != "hold hold " {
+		t.Fatalf("held again: %v, calls %s", o, p)
+	}
+	if o := pace(e, s, false); o != Delivered {
+		t.Fatalf("ephemeral: %v", o)
+	}
+	for _, id := range []uint64{1, 2} { // 3, then 2 = SoftQueue/2: room
+		if _, err := e.Ack("a", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-p.room
+	if p.String() != "hold hold room " {
+		t.Fatalf("calls %s", p)
+	}
+	for i := 0; i < 2; i++ {
+		if o := pace(e, s, true); o != Delivered {
+			t.Fatalf("after room, delivery %d: %v", i+1, o)
+		}
+	}
+	if o := pace(e, s, true); o != Held {
+		t.Fatalf("at SoftQueue again: %v", o)
+	}
+	select { // no ack for Wait: stalled
+	case <-p.room:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no room after Wait: %s", p)
+	}
+	for i, want := range []Outcome{Delivered, Delivered, ClosedHardQueue} { // 5, 6, then HardQueue
+		if o := pace(e, s, true); o != want {
+			t.Fatalf("stalled, delivery %d: %v, want %v", i+1, o, want)
+		}
+	}
+	if p.String() != "hold hold room hold room " {
+		t.Fatalf("calls %s", p)
+	}
+	var states []string
+	for _, m := range out.of("owner-a") {
+		switch m := m.(type) {
+		case *messages.SessionPressure:
+			states = append(states, m.State.String())
+		case *messages.SessionClosed:
+			states = append(states, m.Reason.String())
+		}
+	}
+	if got := fmtCalls(states); got != "SESSION_PRESSURE_STATE_SOFT_QUEUE_EXCEEDED SESSION_CLOSE_REASON_HARD_QUEUE " {
+		t.Fatalf("owner told %s", got)
+	}
+}
+
+// An ack ends a stall: the session is paced again. Close ends a wait.
+func TestPaceAfterAnAckAndClose(t *testing.T) {
+	lim := Limits{SoftQueue: 2, HardQueue: 10, MaxReservations: 100, MaxBatchItems: 10, Wait: 20 * time.Millisecond}
+	e := New(lim, "n", newRecorder(), zerolog.Nop(), nil)
+	p := &pacer{room: make(chan struct{}, 1)}
+	e.SetPacer(p)
+	s := open(t, e, "a")
+	pace(e, s, true)
+	pace(e, s, true)
+	if o := pace(e, s, true); o != Held {
+		t.Fatalf("%v, want Held", o)
+	}
+	<-p.room // stalled
+	if o := pace(e, s, true); o != Delivered {
+		t.Fatalf("stalled: %v", o)
+	}
+	if _, err := e.Ack("a", 1); err != nil { // pending 2: paced again
+		t.Fatal(err)
+	}
+	if o := pace(e, s, true); o != Held {
+		t.Fatalf("after an ack: %v, want Held", o)
+	}
+	e.Close("a", messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "test")
+	<-p.room
+	if o := pace(e, s, true); o != NotOpen || p.String() != "hold room hold room " {
+		t.Fatalf("closed: %v, calls %s", o, p)
+	}
+}
