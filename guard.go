@@ -26,8 +26,9 @@ import (
 )
 
 // The edge guard is the one place that decides what a peer may do
-// (ARCHITECTURE.md, "What a peer may do"). It wraps protoactor's gRPC stream
-// and looks at every decoded envelope before protoactor hands it to an actor:
+// (docs/architecture.md, "Where each rule lives"). It wraps protoactor's
+// gRPC stream and looks at every decoded envelope before protoactor hands
+// it to an actor:
 //
 //   - TLS identity (when the remote runs WithTLS): every sender address, the
 //     address in the connect handshake and the node an ack names must be one

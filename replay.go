@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
 

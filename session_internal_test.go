@@ -8,8 +8,8 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/echopubsub/echopubsub/actors/session"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
 

@@ -1,4 +1,4 @@
-package echopubsub
+package gateway
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -33,7 +34,7 @@ import (
 // and Config.SlowConsumerAction closes the session, then the gateway closes
 // the socket with a close frame saying why.
 type Gateway struct {
-	ps   *PubSub
+	ps   *echopubsub.PubSub
 	cfg  GatewayConfig
 	auth func(*http.Request) (string, error)
 	log  zerolog.Logger
@@ -163,18 +164,18 @@ func (c GatewayConfig) validate(hardQueue int) error {
 // socket acts for (recorded with WithIdentity, so an authorizer can see
 // it), or an error that refuses the request with 401 (403 when it wraps
 // ErrForbidden). It must not be nil; AnyIdentity accepts everyone.
-func NewGateway(ps *PubSub, authenticate func(*http.Request) (identity string, err error), cfg GatewayConfig) (*Gateway, error) {
+func NewGateway(ps *echopubsub.PubSub, authenticate func(*http.Request) (identity string, err error), cfg GatewayConfig) (*Gateway, error) {
 	if ps == nil {
 		return nil, fmt.Errorf("echopubsub: NewGateway needs a pubsub, got nil")
 	}
 	if authenticate == nil {
 		return nil, fmt.Errorf("echopubsub: NewGateway authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
 	}
-	if err := cfg.validate(ps.cfg.HardQueue); err != nil {
+	if err := cfg.validate(ps.Config().HardQueue); err != nil {
 		return nil, err
 	}
 	return &Gateway{ps: ps, cfg: cfg, auth: authenticate, sockets: map[*socket]struct{}{},
-		log: ps.rt.Log.With().Str("component", "gateway").Logger()}, nil
+		log: ps.Logger().With().Str("component", "gateway").Logger()}, nil
 }
 
 // AnyIdentity is an authentication hook that accepts every request, with
@@ -239,11 +240,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	s := &socket{gw: g, identity: identity, out: make(chan outFrame, g.cfg.OutboundQueue),
 		closeCh: make(chan struct{}), writerDone: make(chan struct{}), subs: map[string]bool{},
-		requests: map[uint64]*Envelope{}}
-	system := g.ps.rt.System
+		requests: map[uint64]*echopubsub.Envelope{}}
+	system := g.ps.ActorSystem()
 	s.owner = system.Root.Spawn(actor.PropsFromFunc(s.receive))
 	defer func() { _ = system.Root.StopFuture(s.owner).Wait() }()
-	sess, err := g.ps.OpenSession(s.owner, WithIdentity(identity))
+	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity))
 	if err != nil {
 		http.Error(w, "session: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -271,7 +272,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.log.Debug().Str("session", s.sid).Str("identity", identity).Msg("gateway: socket open")
 
 	s.send(outFrame{raw: mustJSON(helloFrame{Type: "hello", SessionID: s.sid, Identity: identity,
-		Node: g.ps.rt.Node, Instance: g.ps.cfg.Name})})
+		Node: g.ps.NodeName(), Instance: g.ps.Config().Name})})
 	go s.writeLoop() // owned by this handler: it waits for writerDone below
 	s.readLoop(r.Context())
 	s.requestClose(websocket.StatusNormalClosure, "", false)
@@ -301,14 +302,14 @@ type socket struct {
 	subs map[string]bool // handler goroutine only
 
 	reqMu    sync.Mutex
-	requests map[uint64]*Envelope // request envelopes by delivery id, until replied to or acked
+	requests map[uint64]*echopubsub.Envelope // request envelopes by delivery id, until replied to or acked
 }
 
 // outFrame is one frame for the writer: an envelope or a notice (encoded
 // by the writer), or raw JSON.
 type outFrame struct {
-	env    *Envelope
-	notice interface{} // a notice message, or a *StreamGap
+	env    *echopubsub.Envelope
+	notice interface{} // a notice message, or a *echopubsub.StreamGap
 	raw    []byte
 }
 
@@ -316,8 +317,8 @@ type outFrame struct {
 // blocks (a full outbound queue closes the socket instead).
 func (s *socket) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *Envelope:
-		if rc, ok := RequestContextOf(m); ok && !rc.Reply {
+	case *echopubsub.Envelope:
+		if rc, ok := echopubsub.RequestContextOf(m); ok && !rc.Reply {
 			s.reqMu.Lock()
 			s.requests[m.DeliveryID] = m
 			s.reqMu.Unlock()
@@ -325,7 +326,7 @@ func (s *socket) receive(ctx actor.Context) {
 		s.send(outFrame{env: m})
 	case *messages.SessionPressure, *messages.CursorExpired, *messages.BackPressure:
 		s.send(outFrame{notice: m})
-	case *StreamGap:
+	case *echopubsub.StreamGap:
 		s.send(outFrame{notice: m})
 	case *ownerFrame:
 		s.send(outFrame{raw: m.raw})
@@ -436,16 +437,16 @@ func (s *socket) write(f outFrame) error {
 	return s.conn.Write(ctx, websocket.MessageText, b)
 }
 
-func (s *socket) encodeEnvelope(env *Envelope) []byte {
+func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 	f := envelopeFrame{Type: "envelope", SessionID: env.SessionID, DeliveryID: env.DeliveryID, Topic: env.Topic,
 		Class: "durable", Context: env.Context, PayloadType: env.PayloadType}
-	if env.Class == Ephemeral {
+	if env.Class == echopubsub.Ephemeral {
 		f.Class = "ephemeral"
 	}
 	if env.Replayed {
 		f.Replayed, f.Cursor = true, env.Cursor
 	}
-	if rc, ok := RequestContextOf(env); ok {
+	if rc, ok := echopubsub.RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
 	switch ev := env.Event.(type) {
@@ -472,7 +473,7 @@ func (s *socket) encodeEnvelope(env *Envelope) []byte {
 }
 
 func (s *socket) encodeNotice(n interface{}) []byte {
-	if g, ok := n.(*StreamGap); ok {
+	if g, ok := n.(*echopubsub.StreamGap); ok {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_gap", Notice: mustJSON(streamGapJSON{SessionID: g.SessionID,
 			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason})})
 	}
@@ -570,9 +571,9 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if !s.subs[f.Topic] && len(s.subs) >= s.gw.cfg.MaxSubscriptions {
 			return ferr(CodeTooManySubs, "a socket holds at most %d subscriptions", s.gw.cfg.MaxSubscriptions)
 		}
-		opts := []SessionSubscribeOption{WithContext(f.context)}
+		opts := []echopubsub.SessionSubscribeOption{echopubsub.WithContext(f.context)}
 		if f.Class == "ephemeral" {
-			opts = append(opts, WithClass(Ephemeral))
+			opts = append(opts, echopubsub.WithClass(echopubsub.Ephemeral))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -629,7 +630,7 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		rc, _ := RequestContextOf(req)
+		rc, _ := echopubsub.RequestContextOf(req)
 		if err := ps.Reply(rc.From, req, msg); err != nil {
 			return libErr(err)
 		}
@@ -689,13 +690,13 @@ func (s *socket) decodePayload(f *clientFrame) (proto.Message, *frameError) {
 func libErr(err error) *frameError {
 	code := CodeInvalidArgument
 	switch {
-	case errors.Is(err, ErrUnknownDelivery):
+	case errors.Is(err, echopubsub.ErrUnknownDelivery):
 		code = CodeUnknownDelivery
-	case errors.Is(err, ErrUnknownSession):
+	case errors.Is(err, echopubsub.ErrUnknownSession):
 		code = CodeUnknownSession
-	case errors.Is(err, ErrTooManyItems):
+	case errors.Is(err, echopubsub.ErrTooManyItems):
 		code = CodeTooManyItems
-	case errors.Is(err, ErrStopped), errors.Is(err, ErrBusy):
+	case errors.Is(err, echopubsub.ErrStopped), errors.Is(err, echopubsub.ErrBusy):
 		code = CodeUnavailable
 	}
 	return ferr(code, "%s", clip(err.Error()))

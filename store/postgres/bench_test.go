@@ -1,101 +1,17 @@
-package pgstore_test
+package postgres_test
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"testing"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/test"
-	"github.com/echopubsub/echopubsub/test/testpb"
+	"github.com/echopubsub/echopubsub/store/storetest"
 )
 
-// The PostgreSQL figures next to the embedded store's (root module,
-// store_bench_test.go): same shapes.
+// The durable benchmarks (store/storetest) on PostgreSQL: one committed
+// INSERT per append, concurrent appends sharing a commit.
 
-func benchNode(b *testing.B, cfg echopubsub.Config) *test.Node {
-	s := open(b, newPrefix())
-	b.Cleanup(func() { _ = s.Close() })
-	return test.StartCluster(b, 1, cfg, echopubsub.WithStore(s), echopubsub.WithDurableTopics("room:*"))[0]
-}
+func openBench(b *testing.B) echopubsub.Store { return open(b, newPrefix()) }
 
-// BenchmarkDurableBroadcastPostgres: Broadcast of a durable topic (one
-// committed INSERT per broadcast), from 1 and from 16 publishers.
-func BenchmarkDurableBroadcastPostgres(b *testing.B) {
-	for _, pubs := range []int{1, 16} {
-		b.Run(fmt.Sprint("publishers=", pubs), func(b *testing.B) {
-			nd := benchNode(b, fastConfig())
-			msg := &testpb.Stamp{Publisher: "bench", Seq: 1}
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			for p := 0; p < pubs; p++ {
-				n := b.N / pubs
-				if p < b.N%pubs {
-					n++
-				}
-				wg.Add(1)
-				go func(n int) {
-					defer wg.Done()
-					for i := 0; i < n; i++ {
-						if err := nd.PS.Broadcast(nil, "room:1", msg); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}(n)
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-		})
-	}
-}
+func BenchmarkDurableBroadcast(b *testing.B) { storetest.BenchDurableBroadcast(b, openBench) }
 
-// BenchmarkReplayPagePostgres: ReplaySession pages of 50 rows from a
-// 2,000-row stream into a session whose owner acknowledges each envelope.
-func BenchmarkReplayPagePostgres(b *testing.B) {
-	cfg := fastConfig()
-	cfg.SoftQueue, cfg.HardQueue = 10_000, 20_000
-	nd := benchNode(b, cfg)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for p := 0; p < 20; p++ {
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			for i := 0; i < 100; i++ {
-				if err := nd.PS.Broadcast(nil, "room:1", &testpb.Stamp{Publisher: fmt.Sprint(p), Seq: uint64(i + 1)}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}(p)
-	}
-	wg.Wait()
-	pid := nd.System.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if e, ok := c.Message().(*echopubsub.Envelope); ok {
-			_, _ = nd.PS.Ack(e.SessionID, e.DeliveryID)
-		}
-	}))
-	s, err := nd.PS.OpenSession(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	from, rows := uint64(1), 0
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		st, err := nd.PS.ReplaySession(ctx, s.ID(), "room:1", echopubsub.ReplayOptions{Limit: 50, From: from})
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows += st.Delivered
-		from = st.ResumeCursor
-		if st.NextCursor > 1950 {
-			from = 1
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
-	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
-}
+func BenchmarkReplayPage(b *testing.B) { storetest.BenchReplayPage(b, openBench) }

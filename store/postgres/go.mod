@@ -1,12 +1,10 @@
-module github.com/echopubsub/echopubsub/cluster/pgstore
+module github.com/echopubsub/echopubsub/store/postgres
 
 go 1.25.0
 
-replace github.com/echopubsub/echopubsub => ../..
-
 require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
-	github.com/echopubsub/echopubsub v0.0.0-00010101000000-000000000000
+	github.com/echopubsub/echopubsub v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 )
 

@@ -1,9 +1,9 @@
-// Package pgstore is the shared echopubsub.Store: PostgreSQL through pgx,
+// Package postgres is the shared echopubsub.Store: PostgreSQL through pgx,
 // for clusters whose nodes should replay the same streams (a session on any
 // node, any cursor meaning the same row everywhere). It is its own module,
 // so that users of the embedded store do not pull pgx.
 //
-//	store, err := pgstore.New(ctx, "postgres://user@db:5432/app")
+//	store, err := postgres.New(ctx, "postgres://user@db:5432/app")
 //	ps, err := echopubsub.Start(system, cfg, echopubsub.WithStore(store),
 //		echopubsub.WithDurableTopics("room:*"))
 //
@@ -19,7 +19,7 @@
 // gives its cursors back (the counter update rolls back with it), so the
 // cursors have no hole. Appends to one stream are serialised by that lock;
 // appends to different streams run in parallel.
-package pgstore
+package postgres
 
 import (
 	"context"
@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
 // Store is the PostgreSQL Store. It is safe for concurrent use.
@@ -42,7 +43,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	owned   bool
 	closed  atomic.Bool
-	commits *echopubsub.GroupCommit[*pending]
+	commits *storekit.GroupCommit[*pending]
 	streams string // quoted table names
 	records string
 }
@@ -98,7 +99,7 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
-	s.commits = echopubsub.NewGroupCommit(s.commitBatch)
+	s.commits = storekit.NewGroupCommit(s.commitBatch)
 	return s, nil
 }
 
@@ -147,7 +148,7 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 		return nil
 	}
 	for i := range recs {
-		if err := echopubsub.ValidateRecord(&recs[i]); err != nil {
+		if err := storekit.ValidateRecord(&recs[i]); err != nil {
 			return err
 		}
 	}

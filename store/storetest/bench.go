@@ -1,72 +1,63 @@
-package echopubsub_test
+package storetest
 
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
-// Durable publish and replay figures for the embedded store (the
-// PostgreSQL ones are in cluster/pgstore; the comparison with NATS
-// JetStream in test/bench).
+// The durable benchmarks, written once: every Store backend runs them on
+// its storage (store/bolt and store/postgres: BenchmarkDurableBroadcast,
+// BenchmarkReplayPage), so that their figures have the same shapes; the
+// comparison with NATS JetStream is in test/e2e/jetstream.
 
-// BenchmarkDurableBroadcastBolt: Broadcast of a durable topic (one fsynced
-// append, group-committed with the other publishers', then queued), from 1
-// and from 16 concurrent publishers.
-func BenchmarkDurableBroadcastBolt(b *testing.B) {
+// BenchDurableBroadcast measures Broadcast of a durable topic (the append,
+// group-committed with the other publishers', then the queueing), from 1
+// and from 16 concurrent publishers, on one node whose store open returns
+// (closed by the benchmark).
+func BenchDurableBroadcast(b *testing.B, open func(b *testing.B) echopubsub.Store) {
 	for _, pubs := range []int{1, 16} {
 		b.Run(fmt.Sprint("publishers=", pubs), func(b *testing.B) {
-			nd := test.StartCluster(b, 1, fastConfig(), echopubsub.WithStorePath(filepath.Join(b.TempDir(), "n.db")),
-				echopubsub.WithDurableTopics("room:*"))[0]
-			benchDurableBroadcast(b, nd, pubs)
+			nd := benchNode(b, test.FastConfig(), open)
+			msg := &testpb.Stamp{Publisher: "bench", Seq: 1}
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for p := 0; p < pubs; p++ {
+				n := b.N / pubs
+				if p < b.N%pubs {
+					n++
+				}
+				wg.Add(1)
+				go func(n int) {
+					defer wg.Done()
+					for i := 0; i < n; i++ {
+						if err := nd.PS.Broadcast(nil, "room:1", msg); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}(n)
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
 }
 
-func benchDurableBroadcast(b *testing.B, nd *test.Node, pubs int) {
-	msg := &testpb.Stamp{Publisher: "bench", Seq: 1}
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for p := 0; p < pubs; p++ {
-		n := b.N / pubs
-		if p < b.N%pubs {
-			n++
-		}
-		wg.Add(1)
-		go func(n int) {
-			defer wg.Done()
-			for i := 0; i < n; i++ {
-				if err := nd.PS.Broadcast(nil, "room:1", msg); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}(n)
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-}
-
-// BenchmarkReplayPageBolt: ReplaySession pages of 50 rows from a 2,000-row
-// stream, into a session whose owner acknowledges each envelope.
-func BenchmarkReplayPageBolt(b *testing.B) {
-	cfg := fastConfig()
-	cfg.SoftQueue, cfg.HardQueue = 10_000, 20_000
-	nd := test.StartCluster(b, 1, cfg, echopubsub.WithStorePath(filepath.Join(b.TempDir(), "n.db")),
-		echopubsub.WithDurableTopics("room:*"))[0]
-	benchReplayPages(b, nd)
-}
-
-// benchReplayPages fills room:1 with 2,000 durable broadcasts and replays
-// pages of 50 (cycling through the stream) into a session whose owner
+// BenchReplayPage measures ReplaySession pages of 50 rows from a
+// 2,000-row stream (cycling through it), into a session whose owner
 // acknowledges each envelope.
-func benchReplayPages(b *testing.B, nd *test.Node) {
+func BenchReplayPage(b *testing.B, open func(b *testing.B) echopubsub.Store) {
+	cfg := test.FastConfig()
+	cfg.SoftQueue, cfg.HardQueue = 10_000, 20_000
+	nd := benchNode(b, cfg, open)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for p := 0; p < 20; p++ { // 20 publishers: group commit makes the set-up short
@@ -82,13 +73,16 @@ func benchReplayPages(b *testing.B, nd *test.Node) {
 		}(p)
 	}
 	wg.Wait()
-	o := spawnOwner(b, nd, func(e *echopubsub.Envelope) { _, _ = nd.PS.Ack(e.SessionID, e.DeliveryID) })
-	s, err := nd.PS.OpenSession(o.PID)
+	pid := nd.System.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if e, ok := c.Message().(*echopubsub.Envelope); ok {
+			_, _ = nd.PS.Ack(e.SessionID, e.DeliveryID)
+		}
+	}))
+	s, err := nd.PS.OpenSession(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	from := uint64(1)
-	rows := 0
+	from, rows := uint64(1), 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		st, err := nd.PS.ReplaySession(ctx, s.ID(), "room:1", echopubsub.ReplayOptions{Limit: 50, From: from})
@@ -100,13 +94,16 @@ func benchReplayPages(b *testing.B, nd *test.Node) {
 		if st.NextCursor > 1950 {
 			from = 1
 		}
-		if i%64 == 0 { // the owner must not pile up envelopes: let it drain
+		if i%64 == 0 { // the owner must not fall behind by more than the hard queue: let it drain
 			test.Eventually(b, 30e9, func() bool { return nd.PS.Pending(s.ID()) < 1000 }, test.Sprintf("pending"))
-			o.mu.Lock()
-			o.got = nil
-			o.mu.Unlock()
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func benchNode(b *testing.B, cfg echopubsub.Config, open func(b *testing.B) echopubsub.Store) *test.Node {
+	s := open(b)
+	b.Cleanup(func() { _ = s.Close() })
+	return test.StartCluster(b, 1, cfg, echopubsub.WithStore(s), echopubsub.WithDurableTopics("room:*"))[0]
 }
