@@ -82,7 +82,7 @@
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.
-// Requests and replies (RequestSession, Reply) are durable deliveries with
+// Requests and replies (RequestFromSession, Reply) are durable deliveries with
 // a context, carried by the stream itself to the node named in the session
 // id. The engine is package actors/session.
 //

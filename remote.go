@@ -26,7 +26,7 @@ const MaxFrameBytes = 64 << 20
 //	r.Start()
 //
 // It adds, before opts:
-//   - the edge guard (GuardStream) around protoactor's gRPC stream handler:
+//   - the edge guard (guardStream) around protoactor's gRPC stream handler:
 //     what a peer may send to this node's pubsubs, checked in one place;
 //     malformed traffic closes only that peer's stream;
 //   - a 64 MiB message limit on the server and on dials (see MaxFrameBytes);
@@ -45,7 +45,7 @@ const MaxFrameBytes = 64 << 20
 func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.ConfigOption) *remote.Config {
 	base := []remote.ConfigOption{
 		remote.WithServerOptions(
-			grpc.ChainStreamInterceptor(GuardStream(log)),
+			grpc.ChainStreamInterceptor(guardStream(log)),
 			grpc.MaxRecvMsgSize(MaxFrameBytes),
 			grpc.MaxSendMsgSize(MaxFrameBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -67,12 +67,12 @@ func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.Conf
 	return cfg
 }
 
-// GuardStream is the gRPC stream interceptor RemoteConfig installs, the one
+// guardStream is the gRPC stream interceptor RemoteConfig installs, the one
 // place that decides what a peer may do (see guard.go for the rules): it
 // filters every envelope protoactor decodes from the stream before any actor
 // sees it, and turns a panic in protoactor's stream handler (a hostile or
 // broken peer) into an error for that stream alone.
-func GuardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
+func guardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
 	g := newGuard(log)
 	return func(srv interface{}, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {

@@ -149,12 +149,12 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 }
 
 func (ps *PubSub) replayEnvelope(id, stream string, format DeliveryFormat, r *Record) *Envelope {
-	env := &Envelope{Instance: ps.rt.Cfg.Name, SessionID: id, Topic: stream, Class: Durable,
+	env := &Envelope{Instance: ps.rt.Cfg.Name, SessionID: id, Topic: stream, Class: ClassDurable,
 		PayloadType: r.PayloadType, Cursor: r.Cursor, Replayed: true}
-	if format != Event {
+	if format != FormatEvent {
 		env.Payload = r.Payload
 	}
-	if format != Encoded {
+	if format != FormatEncoded {
 		msg, err := messages.Decode(r.PayloadType, r.Payload)
 		if err != nil {
 			msg = &messages.Undecodable{Topic: stream, PayloadType: r.PayloadType, Payload: r.Payload, Error: err.Error()}

@@ -230,7 +230,7 @@ func TestReplayLimitsAndStreamEnds(t *testing.T) {
 // stream order, and is counted; a page refused before it leaves it for the
 // next call.
 func TestReplaySurfacesGaps(t *testing.T) {
-	store, err := bolt.NewBoltStore(filepath.Join(t.TempDir(), "n.db"))
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "n.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestReplaySurfacesGaps(t *testing.T) {
 
 // TestDurableBroadcastFailsWhenTheAppendFails: nothing is broadcast.
 func TestDurableBroadcastFailsWhenTheAppendFails(t *testing.T) {
-	store, err := bolt.NewBoltStore(filepath.Join(t.TempDir(), "n.db"))
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "n.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func (a *sessionActor) deliver(d *messages.Delivery) {
 		env.Class, env.Context = spec.class, spec.context
 		a.body(env, d.Message, nil, "")
 	}
-	a.ps.sess.engine.Deliver(a.s, env.Class == Durable, func(id uint64) interface{} {
+	a.ps.sess.engine.Deliver(a.s, env.Class == ClassDurable, func(id uint64) interface{} {
 		env.DeliveryID = id
 		return env
 	})
@@ -103,10 +103,10 @@ func (a *sessionActor) body(env *Envelope, msg proto.Message, wire []byte, typeN
 		typeName = string(msg.ProtoReflect().Descriptor().FullName())
 	}
 	env.PayloadType = typeName
-	if a.rec.format != Encoded {
+	if a.rec.format != FormatEncoded {
 		env.Event = msg
 	}
-	if a.rec.format != Event {
+	if a.rec.format != FormatEvent {
 		if wire == nil {
 			b, err := proto.Marshal(msg)
 			if err != nil { // a message that was decoded from the wire marshals again
@@ -129,7 +129,7 @@ func (a *sessionActor) fromInbox(env *Envelope, sm *messages.SessionMessage) boo
 	if sm.Kind == messages.SessionMessageKind_SESSION_MESSAGE_KIND_REPLY {
 		kind = "reply"
 	}
-	env.Class = Durable
+	env.Class = ClassDurable
 	env.Context = make(map[string]string, len(sm.Context)+4)
 	for k, v := range sm.Context {
 		env.Context[k] = v

@@ -24,7 +24,7 @@ import (
 // sent before is intact and in order, then the notices, then the close. A
 // healthy socket on the same node gets everything; the node goes on.
 func TestGatewaySlowSocketIsClosedWithReason(t *testing.T) {
-	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.Disconnect, echopubsub.ExitOwner} {
+	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.SlowConsumerDisconnect, echopubsub.SlowConsumerExitOwner} {
 		t.Run(action.String(), func(t *testing.T) { testSlowSocket(t, action) })
 	}
 }
@@ -209,33 +209,33 @@ func TestGatewayRequestReplyBetweenSockets(t *testing.T) {
 	}
 }
 
-// NewGateway's errors name the field and the value.
+// New's errors name the field and the value.
 func TestGatewayConfigValidation(t *testing.T) {
 	nodes := test.StartCluster(t, 1, sessionConfig(5, 20))
 	for _, c := range []struct {
-		mod  func(*gateway.GatewayConfig)
+		mod  func(*gateway.Config)
 		want string
 	}{
-		{func(c *gateway.GatewayConfig) { c.WriteTimeout = 0 }, "WriteTimeout must be > 0, got 0s"},
-		{func(c *gateway.GatewayConfig) { c.ReadLimit = 10 }, "ReadLimit must be >= 512 bytes, got 10"},
-		{func(c *gateway.GatewayConfig) { c.MaxFrameSize = 5 }, "MaxFrameSize must be >= 1024 bytes, got 5"},
-		{func(c *gateway.GatewayConfig) { c.OutboundQueue = 20 }, "OutboundQueue must be above the pubsub's HardQueue (20), got 20"},
-		{func(c *gateway.GatewayConfig) { c.MaxSubscriptions = -1 }, "MaxSubscriptions must be > 0, got -1"},
-		{func(c *gateway.GatewayConfig) { c.PingInterval = 0 }, "PingInterval must be > 0, got 0s"},
-		{func(c *gateway.GatewayConfig) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
-		{func(c *gateway.GatewayConfig) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
-		{func(c *gateway.GatewayConfig) { c.Resolver = nil }, "Resolver must not be nil"},
+		{func(c *gateway.Config) { c.WriteTimeout = 0 }, "WriteTimeout must be > 0, got 0s"},
+		{func(c *gateway.Config) { c.ReadLimit = 10 }, "ReadLimit must be >= 512 bytes, got 10"},
+		{func(c *gateway.Config) { c.MaxFrameSize = 5 }, "MaxFrameSize must be >= 1024 bytes, got 5"},
+		{func(c *gateway.Config) { c.OutboundQueue = 20 }, "OutboundQueue must be above the pubsub's HardQueue (20), got 20"},
+		{func(c *gateway.Config) { c.MaxSubscriptions = -1 }, "MaxSubscriptions must be > 0, got -1"},
+		{func(c *gateway.Config) { c.PingInterval = 0 }, "PingInterval must be > 0, got 0s"},
+		{func(c *gateway.Config) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
+		{func(c *gateway.Config) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
+		{func(c *gateway.Config) { c.Resolver = nil }, "Resolver must not be nil"},
 	} {
-		cfg := gateway.DefaultGatewayConfig()
+		cfg := gateway.DefaultConfig()
 		c.mod(&cfg)
-		if _, err := gateway.NewGateway(nodes[0].PS, gateway.AnyIdentity, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("NewGateway error %v, want %q", err, c.want)
+		if _, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New error %v, want %q", err, c.want)
 		}
 	}
-	if _, err := gateway.NewGateway(nodes[0].PS, nil, gateway.DefaultGatewayConfig()); err == nil || !strings.Contains(err.Error(), "authenticate") {
+	if _, err := gateway.New(nodes[0].PS, nil, gateway.DefaultConfig()); err == nil || !strings.Contains(err.Error(), "authenticate") {
 		t.Errorf("nil authenticate: %v", err)
 	}
-	if _, err := gateway.NewGateway(nodes[0].PS, gateway.AnyIdentity, gateway.DefaultGatewayConfig()); err != nil {
+	if _, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, gateway.DefaultConfig()); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
 }
@@ -253,7 +253,7 @@ func TestGatewayCloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	nd := &test.Node{System: system, PS: ps, Addr: system.Address()}
-	gw, err := gateway.NewGateway(ps, gateway.AnyIdentity, smallGatewayConfig())
+	gw, err := gateway.New(ps, gateway.AnyIdentity, smallGatewayConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ import (
 // the socket with a close frame saying why.
 type Gateway struct {
 	ps   *echopubsub.PubSub
-	cfg  GatewayConfig
+	cfg  Config
 	auth func(*http.Request) (string, error)
 	log  zerolog.Logger
 
@@ -49,19 +49,19 @@ type Gateway struct {
 // upgrade with 403 Forbidden; any other error refuses it with 401.
 var ErrForbidden = errors.New("echopubsub: forbidden")
 
-// ErrGatewayClosed: the gateway was closed (Close).
-var ErrGatewayClosed = errors.New("echopubsub: gateway closed")
+// ErrClosed: the gateway was closed (Close).
+var ErrClosed = errors.New("echopubsub: gateway closed")
 
-// GatewayResolver finds message types by name (protojson needs it for the
+// Resolver finds message types by name (protojson needs it for the
 // payloads it reads and writes, and for google.protobuf.Any fields inside
 // them). *protoregistry.Types implements it.
-type GatewayResolver interface {
+type Resolver interface {
 	protoregistry.MessageTypeResolver
 	protoregistry.ExtensionTypeResolver
 }
 
-// GatewayAccess is one thing a client asks to do, for GatewayConfig.Authorize.
-type GatewayAccess struct {
+// Access is one thing a client asks to do, for Config.Authorize.
+type Access struct {
 	// Identity is what the authentication hook returned for the socket.
 	Identity  string
 	SessionID string
@@ -72,9 +72,9 @@ type GatewayAccess struct {
 	Topic string
 }
 
-// GatewayConfig configures a Gateway. Start from DefaultGatewayConfig; the
-// zero value of a field is not a default, NewGateway refuses it.
-type GatewayConfig struct {
+// Config configures a Gateway. Start from DefaultConfig; the
+// zero value of a field is not a default, New refuses it.
+type Config struct {
 	// WriteTimeout bounds the writing of one frame to a socket. A socket
 	// that takes longer (its client stopped reading and the TCP window is
 	// full) is closed. Default 10s.
@@ -107,14 +107,14 @@ type GatewayConfig struct {
 	OriginPatterns []string
 	// Resolver resolves payload types. Default protoregistry.GlobalTypes
 	// (every message type linked into the binary).
-	Resolver GatewayResolver
+	Resolver Resolver
 	// Authorize, when set, decides each subscribe, replay, publish and
 	// request; its error refuses the command (error frame
 	// "unauthorized"). Default nil: all of them are allowed (publish only
 	// when Publish is set). A replay is also asked of the pubsub's own
 	// authorizer (WithAuthorizer), which sees the session id:
 	// SessionIdentity gives its identity.
-	Authorize func(GatewayAccess) error
+	Authorize func(Access) error
 	// DefaultReplayLimit is the replay command's limit when the client
 	// gives none. Default 100.
 	DefaultReplayLimit int
@@ -125,15 +125,15 @@ type GatewayConfig struct {
 	Publish bool
 }
 
-// DefaultGatewayConfig returns the defaults documented on GatewayConfig.
-func DefaultGatewayConfig() GatewayConfig {
-	return GatewayConfig{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
 		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes,
 		DefaultReplayLimit: 100, MaxReplayLimit: 1000}
 }
 
 // validate names the first invalid field and its value.
-func (c GatewayConfig) validate(hardQueue int) error {
+func (c Config) validate(hardQueue int) error {
 	switch {
 	case c.WriteTimeout <= 0:
 		return fmt.Errorf("echopubsub: gateway config WriteTimeout must be > 0, got %v", c.WriteTimeout)
@@ -159,17 +159,17 @@ func (c GatewayConfig) validate(hardQueue int) error {
 	return nil
 }
 
-// NewGateway returns a gateway serving sessions of ps. authenticate runs on
+// New returns a gateway serving sessions of ps. authenticate runs on
 // every upgrade request before the upgrade: it returns the identity the
 // socket acts for (recorded with WithIdentity, so an authorizer can see
 // it), or an error that refuses the request with 401 (403 when it wraps
 // ErrForbidden). It must not be nil; AnyIdentity accepts everyone.
-func NewGateway(ps *echopubsub.PubSub, authenticate func(*http.Request) (identity string, err error), cfg GatewayConfig) (*Gateway, error) {
+func New(ps *echopubsub.PubSub, authenticate func(*http.Request) (identity string, err error), cfg Config) (*Gateway, error) {
 	if ps == nil {
-		return nil, fmt.Errorf("echopubsub: NewGateway needs a pubsub, got nil")
+		return nil, fmt.Errorf("gateway: New needs a pubsub, got nil")
 	}
 	if authenticate == nil {
-		return nil, fmt.Errorf("echopubsub: NewGateway authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
+		return nil, fmt.Errorf("gateway: New authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
 	}
 	if err := cfg.validate(ps.Config().HardQueue); err != nil {
 		return nil, err
@@ -440,7 +440,7 @@ func (s *socket) write(f outFrame) error {
 func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 	f := envelopeFrame{Type: "envelope", SessionID: env.SessionID, DeliveryID: env.DeliveryID, Topic: env.Topic,
 		Class: "durable", Context: env.Context, PayloadType: env.PayloadType}
-	if env.Class == echopubsub.Ephemeral {
+	if env.Class == echopubsub.ClassEphemeral {
 		f.Class = "ephemeral"
 	}
 	if env.Replayed {
@@ -571,9 +571,9 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if !s.subs[f.Topic] && len(s.subs) >= s.gw.cfg.MaxSubscriptions {
 			return ferr(CodeTooManySubs, "a socket holds at most %d subscriptions", s.gw.cfg.MaxSubscriptions)
 		}
-		opts := []echopubsub.SessionSubscribeOption{echopubsub.WithContext(f.context)}
+		opts := []echopubsub.SessionSubscribeOption{echopubsub.WithEnvelopeContext(f.context)}
 		if f.Class == "ephemeral" {
-			opts = append(opts, echopubsub.WithClass(echopubsub.Ephemeral))
+			opts = append(opts, echopubsub.WithClass(echopubsub.ClassEphemeral))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -614,7 +614,7 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		id, err := ps.RequestSession(s.sid, f.To, msg)
+		id, err := ps.RequestFromSession(s.sid, f.To, msg)
 		if err != nil {
 			return libErr(err)
 		}
@@ -659,7 +659,7 @@ func (s *socket) authorize(op, topic string) *frameError {
 	if s.gw.cfg.Authorize == nil {
 		return nil
 	}
-	if err := s.gw.cfg.Authorize(GatewayAccess{Identity: s.identity, SessionID: s.sid, Op: op, Topic: topic}); err != nil {
+	if err := s.gw.cfg.Authorize(Access{Identity: s.identity, SessionID: s.sid, Op: op, Topic: topic}); err != nil {
 		return ferr(CodeUnauthorized, "%s %q: %s", op, clip(topic), clip(err.Error()))
 	}
 	return nil

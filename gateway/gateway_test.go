@@ -23,12 +23,12 @@ import (
 
 // serveGateway serves a gateway of nd's pubsub; closed (sockets first) when
 // the test ends, before the node stops.
-func serveGateway(t *testing.T, nd *test.Node, auth func(*http.Request) (string, error), cfg gateway.GatewayConfig) (*gateway.Gateway, string) {
+func serveGateway(t *testing.T, nd *test.Node, auth func(*http.Request) (string, error), cfg gateway.Config) (*gateway.Gateway, string) {
 	t.Helper()
 	if auth == nil {
 		auth = gateway.AnyIdentity
 	}
-	gw, err := gateway.NewGateway(nd.PS, auth, cfg)
+	gw, err := gateway.New(nd.PS, auth, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +176,8 @@ func gatewayConfig(t *testing.T) echopubsub.Config {
 	return sessionConfig(20, 100)
 }
 
-func smallGatewayConfig() gateway.GatewayConfig {
-	c := gateway.DefaultGatewayConfig()
+func smallGatewayConfig() gateway.Config {
+	c := gateway.DefaultConfig()
 	c.OutboundQueue = 512
 	c.CloseTimeout = 5 * time.Second
 	return c
@@ -257,7 +257,7 @@ func TestGatewayPublishAndAuthorize(t *testing.T) {
 	nd := nodes[0]
 	cfg := smallGatewayConfig()
 	cfg.Publish = true
-	cfg.Authorize = func(a gateway.GatewayAccess) error {
+	cfg.Authorize = func(a gateway.Access) error {
 		if strings.HasPrefix(a.Topic, "secret") {
 			return fmt.Errorf("%s may not %s %s", a.Identity, a.Op, a.Topic)
 		}

@@ -28,9 +28,9 @@ func FuzzGatewaySocket(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	nodes := test.StartCluster(f, 1, sessionConfig(5, 20))
-	cfg := gateway.DefaultGatewayConfig()
+	cfg := gateway.DefaultConfig()
 	cfg.OutboundQueue = 512
-	gw, err := gateway.NewGateway(nodes[0].PS, gateway.AnyIdentity, cfg)
+	gw, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, cfg)
 	if err != nil {
 		f.Fatal(err)
 	}

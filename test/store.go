@@ -36,7 +36,7 @@ func (s *Stores) Option(path string) echopubsub.Option {
 			s.t.Fatalf("close store %s: %v", path, err)
 		}
 	}
-	st, err := bolt.NewBoltStore(path)
+	st, err := bolt.Open(path)
 	if err != nil {
 		s.t.Fatal(err)
 	}

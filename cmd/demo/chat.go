@@ -121,7 +121,7 @@ func (c *Chat) startNodes() error {
 			}
 			return nil
 		}
-		store, err := bolt.NewBoltStore(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1)))
+		store, err := bolt.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1)))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i+1, err)
 		}
@@ -134,15 +134,15 @@ func (c *Chat) startNodes() error {
 			return fmt.Errorf("node %d: %w", i+1, err)
 		}
 		n.ps = ps
-		gcfg := gateway.DefaultGatewayConfig()
+		gcfg := gateway.DefaultConfig()
 		gcfg.Publish = true
-		gcfg.Authorize = func(a gateway.GatewayAccess) error {
+		gcfg.Authorize = func(a gateway.Access) error {
 			if !strings.HasPrefix(a.Topic, "chat:") {
 				return fmt.Errorf("%s is not a chat room", a.Topic)
 			}
 			return nil
 		}
-		if n.gw, err = gateway.NewGateway(ps, chatIdentity, gcfg); err != nil {
+		if n.gw, err = gateway.New(ps, chatIdentity, gcfg); err != nil {
 			return fmt.Errorf("node %d gateway: %w", i+1, err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // bbolt file, fsynced per commit.
 
 func openBench(b *testing.B) echopubsub.Store {
-	s, err := bolt.NewBoltStore(filepath.Join(b.TempDir(), "n.db"))
+	s, err := bolt.Open(filepath.Join(b.TempDir(), "n.db"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
-// BoltStore is the embedded echopubsub.Store: one bbolt file per node (bbolt holds an
+// Store is the embedded echopubsub.Store: one bbolt file per node (bbolt holds an
 // exclusive lock on it: two processes cannot open the same file). Each
 // commit is fsynced before Append returns, so an appended row survives kill
 // -9 and power loss. Appends from concurrent callers are committed together
@@ -24,7 +24,7 @@ import (
 // Layout: bucket "streams" holds one bucket per stream, whose keys are the
 // 8-byte big-endian cursors (bbolt's bucket sequence, which a rolled-back
 // transaction does not advance) and whose values are encoded records.
-type BoltStore struct {
+type Store struct {
 	db      *bbolt.DB
 	commits *storekit.GroupCommit[*boltAppend]
 }
@@ -48,9 +48,9 @@ var (
 // boltFormat is the record encoding's version (first byte of each value).
 const boltFormat = 1
 
-// NewBoltStore opens (or creates) the embedded store at path. It waits at
+// Open opens (or creates) the embedded store at path. It waits at
 // most 5 s for another process's lock on the file.
-func NewBoltStore(path string) (*BoltStore, error) {
+func Open(path string) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("echopubsub: bolt store path must not be empty")
 	}
@@ -71,18 +71,18 @@ func NewBoltStore(path string) (*BoltStore, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("echopubsub: init bolt store %q: %w", path, err)
 	}
-	s := &BoltStore{db: db}
+	s := &Store{db: db}
 	s.commits = storekit.NewGroupCommit(s.commit)
 	return s, nil
 }
 
 // Shared is false: the file belongs to one node.
-func (s *BoltStore) Shared() bool { return false }
+func (s *Store) Shared() bool { return false }
 
 // Append implements echopubsub.Store. ctx bounds the wait for the commit; a commit
 // that ctx abandoned may still land (the rows are then stored, and Append
 // returned ctx's error).
-func (s *BoltStore) Append(ctx context.Context, recs []echopubsub.Record) error {
+func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -90,18 +90,18 @@ func (s *BoltStore) Append(ctx context.Context, recs []echopubsub.Record) error 
 }
 
 // AppendAt implements LocalStore.
-func (s *BoltStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
 	return s.submit(ctx, recs, nil, &pos)
 }
 
 // MarkGap implements LocalStore.
-func (s *BoltStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
 	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
 	return s.submit(ctx, nil, &gap, &pos)
 }
 
 // Position implements LocalStore.
-func (s *BoltStore) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+func (s *Store) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
 	p := core.ProducerPosition{Node: node, Group: group}
 	found := false
 	err := s.db.View(func(tx *bbolt.Tx) error {
@@ -126,7 +126,7 @@ func positionKey(node string, group uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte(node+"/"), group)
 }
 
-func (s *BoltStore) submit(ctx context.Context, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
+func (s *Store) submit(ctx context.Context, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
 	for i := range recs {
 		if err := storekit.ValidateRecord(&recs[i]); err != nil {
 			return err
@@ -149,7 +149,7 @@ func (s *BoltStore) submit(ctx context.Context, recs []echopubsub.Record, gap *e
 
 // commit writes batch in one transaction (storekit.GroupCommit retries each append
 // alone when it fails).
-func (s *BoltStore) commit(batch []*boltAppend) error {
+func (s *Store) commit(batch []*boltAppend) error {
 	sync := false
 	for _, a := range batch {
 		sync = sync || a.synced()
@@ -223,7 +223,7 @@ func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 }
 
 // Read implements echopubsub.Store.
-func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
 	}
@@ -269,7 +269,7 @@ func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit 
 }
 
 // Close waits for queued appends to commit, then closes the file.
-func (s *BoltStore) Close() error {
+func (s *Store) Close() error {
 	s.commits.Close()
 	return s.db.Close()
 }
@@ -318,4 +318,4 @@ func decodeRecord(b []byte) (echopubsub.Record, error) {
 	return r, nil
 }
 
-var _ core.LocalStore[echopubsub.Record] = (*BoltStore)(nil)
+var _ core.LocalStore[echopubsub.Record] = (*Store)(nil)

@@ -14,7 +14,7 @@ func TestBoltStoreConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) echopubsub.Store {
 			p := filepath.Join(t.TempDir(), "node.db")
-			s, err := bolt.NewBoltStore(p)
+			s, err := bolt.Open(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -25,7 +25,7 @@ func TestBoltStoreConformance(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s2, err := bolt.NewBoltStore(paths[s])
+			s2, err := bolt.Open(paths[s])
 			if err != nil {
 				t.Fatal(err)
 			}

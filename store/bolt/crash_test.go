@@ -41,7 +41,7 @@ func runStoreChild(path string) int {
 	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
 	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
 	r.Start()
-	store, err := bolt.NewBoltStore(path)
+	store, err := bolt.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -117,7 +117,7 @@ func TestBoltStoreSurvivesKill9(t *testing.T) {
 		t.Fatalf("child ended after %d acknowledgements, before the kill", n)
 	}
 
-	s, err := bolt.NewBoltStore(path)
+	s, err := bolt.Open(path)
 	if err != nil {
 		t.Fatalf("reopen after kill -9: %v", err)
 	}
