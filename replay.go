@@ -49,7 +49,7 @@ type ReplayStats struct {
 // does not hold some messages of the stream at this point: between the row
 // before Cursor and the row after it, messages of producer Node were lost
 // (Missed of them, 0 when unknown). As for CursorExpired, reload what they
-// carried from a source of truth. Only a node-local store (NewBoltStore)
+// carried from a source of truth. Only a node-local store (store/bolt)
 // has gaps; see the package doc, "Durable streams".
 type StreamGap struct {
 	SessionID string

@@ -14,10 +14,12 @@ import (
 
 // Store keeps durable streams: for each stream (a topic named durable with
 // WithDurableTopics), the rows appended to it, numbered by a cursor. Two
-// implementations ship: NewBoltStore (embedded, one file per node, the
-// default) and package cluster/pgstore (PostgreSQL shared by the cluster,
-// its own module). Package test/storetest is the conformance suite every
-// Store must pass.
+// implementations ship: package store/bolt (embedded, one file per node,
+// the default) and module store/postgres (PostgreSQL shared by the
+// cluster). Package store/storetest is the conformance suite every Store
+// must pass. A Store validates what it is given: a record needs a Stream,
+// a Kind of RecordMessage or RecordGap, and a message record its
+// PayloadType.
 //
 // Cursors: a stream's first row has cursor 1 and each row the previous
 // cursor + 1, with no hole: a row is visible to Read only once every row

@@ -1,3 +1,14 @@
+// Package gateway is EchoPubSub's WebSocket gateway, built on package
+// echopubsub's exported API: an http.Handler that binds each socket to one
+// new session of a pubsub, on this node. JSON commands (subscribe,
+// unsubscribe, ack, ack_many, replay, publish, request, reply) act on the
+// socket's own session only; envelopes reach the client in protojson and
+// stay reserved until it acks them, so a client that stops reading is a
+// slow consumer under the session's rules and is closed with a reason.
+// Protocol and defaults: docs/gateway.md.
+//
+//	gw, err := gateway.New(ps, authenticate, gateway.DefaultConfig())
+//	http.Handle("/ws", gw)
 package gateway
 
 import (

@@ -1,3 +1,12 @@
+// Package bolt is the embedded echopubsub.Store, the default: one bbolt
+// file per node, fsynced per commit, concurrent appends group-committed.
+// A node-local store: each node appends what it receives and marks what
+// it missed with gap rows (see "Durable streams" in package echopubsub).
+//
+//	store, err := bolt.Open("/var/lib/app/node.db")
+//	ps, err := echopubsub.Start(system, cfg, echopubsub.WithStore(store),
+//		echopubsub.WithDurableTopics("room:*"))
+//	// after ps.Stop: store.Close()
 package bolt
 
 import (
