@@ -41,9 +41,10 @@ import (
 //
 // Envelopes reach the client as JSON frames (the message in protojson) and
 // stay reserved until the client acks them, so a socket that stops reading
-// is a slow consumer like any session: Config.SoftQueue and HardQueue apply,
-// and Config.SlowConsumerAction closes the session, then the gateway closes
-// the socket with a close frame saying why.
+// is a slow consumer like any session: the pubsub's SoftQueue and HardQueue
+// (echopubsub.Config) apply, and its SlowConsumerAction closes the
+// session, then the gateway closes the socket with a close frame saying
+// why.
 type Gateway struct {
 	ps   *echopubsub.PubSub
 	cfg  Config
@@ -123,8 +124,8 @@ type Config struct {
 	// request; its error refuses the command (error frame
 	// "unauthorized"). Default nil: all of them are allowed (publish only
 	// when Publish is set). A replay is also asked of the pubsub's own
-	// authorizer (WithAuthorizer), which sees the session id:
-	// SessionIdentity gives its identity.
+	// authorizer (echopubsub.WithAuthorizer), which sees the session id:
+	// PubSub.SessionIdentity gives its identity.
 	Authorize func(Access) error
 	// DefaultReplayLimit is the replay command's limit when the client
 	// gives none. Default 100.
@@ -172,15 +173,15 @@ func (c Config) validate(hardQueue int) error {
 
 // New returns a gateway serving sessions of ps. authenticate runs on
 // every upgrade request before the upgrade: it returns the identity the
-// socket acts for (recorded with WithIdentity, so an authorizer can see
+// socket acts for (recorded with echopubsub.WithIdentity, so an authorizer can see
 // it), or an error that refuses the request with 401 (403 when it wraps
 // ErrForbidden). It must not be nil; AnyIdentity accepts everyone.
 func New(ps *echopubsub.PubSub, authenticate func(*http.Request) (identity string, err error), cfg Config) (*Gateway, error) {
 	if ps == nil {
-		return nil, fmt.Errorf("gateway: New needs a pubsub, got nil")
+		return nil, fmt.Errorf("echopubsub: gateway.New needs a pubsub, got nil")
 	}
 	if authenticate == nil {
-		return nil, fmt.Errorf("gateway: New authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
+		return nil, fmt.Errorf("echopubsub: gateway.New authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
 	}
 	if err := cfg.validate(ps.Config().HardQueue); err != nil {
 		return nil, err
