@@ -21,6 +21,12 @@ import (
 // a Kind of RecordMessage or RecordGap, and a message record its
 // PayloadType.
 //
+// A node-local Store (Shared false) holds what its node published and
+// received. Marking what the node missed with gap rows also needs the
+// producer positions that store/bolt records with its rows, an interface
+// internal to this module (internal/core.LocalStore): another node-local
+// Store has no gap rows.
+//
 // Cursors: a stream's first row has cursor 1 and each row the previous
 // cursor + 1, with no hole: a row is visible to Read only once every row
 // below it is. Append is all or nothing.
