@@ -1,34 +1,39 @@
 # The README's two set-up commands are `go run ./cmd/demo` and `make test`.
 
 GO ?= go
-# Two modules: the library (.), and test/e2e, which holds the benchmark
+# Three modules: the library (.); store/postgres, the PostgreSQL store
+# (go-gettable: it requires a released root version, and its go.work takes
+# the root from this checkout); and test/e2e, which holds the benchmark
 # harness and the demo's browser tests with their dependencies (NATS,
 # chromedp), so that `go get` of the library pulls none of them. `./...`
 # does not enter a nested module: every target that means "all of it"
-# runs both.
+# runs each.
 E2E = test/e2e
+PG = store/postgres
 # Packages whose tests run one node per process: race-checked here. Tests
 # with several nodes in one process cannot be (protoactor's remote.Start
 # races on grpclog's global logger); the chaos soak race-checks multi-node
 # runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE).
-RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/...
+RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/... ./internal/session/...
 
-.PHONY: test vet deps soak-long soak-plant bench
+.PHONY: test vet tidy deps soak-long soak-plant bench
 
 # test installs what the tests need (first run only) and runs every test,
-# in every module (root, test/e2e, cluster/pgstore).
+# in every module (root, test/e2e, store/postgres).
 test: deps
 	ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
 	ECHOPUBSUB_CHAOS_RACE=1 $(GO) test -count=1 -p 1 -timeout 30m ./... && \
 	cd $(E2E) && $(GO) test -count=1 -p 1 -timeout 15m ./... && \
-	cd $(CURDIR)/cluster/pgstore && $(GO) test -count=1 -p 1 -timeout 10m ./...
+	cd $(CURDIR)/$(PG) && $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 deps:
 	@.ci/deps >/dev/null
 
 # vet: gofmt, go vet and go mod tidy -diff over every module (what .ci/run
-# checks before the tests).
+# checks before the tests). store/postgres's tidy check is a test
+# (internal/modgraph: tidy ignores go.work, so it runs against a module
+# proxy built from the checkout).
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
@@ -36,7 +41,14 @@ vet:
 	cd $(E2E) && $(GO) vet ./...
 	$(GO) mod tidy -diff
 	cd $(E2E) && $(GO) mod tidy -diff
-	cd cluster/pgstore && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd $(PG) && $(GO) vet ./...
+	$(GO) test -count=1 -run 'TestPostgresModuleTidy' ./internal/modgraph
+
+# tidy: go mod tidy in every module (store/postgres through the same proxy).
+tidy:
+	$(GO) mod tidy
+	cd $(E2E) && $(GO) mod tidy
+	ECHOPUBSUB_TIDY_WRITE=1 $(GO) test -count=1 -run 'TestPostgresModuleTidy' ./internal/modgraph
 
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:

@@ -41,7 +41,7 @@ func ConsumeDelivery(ps *PubSub, env *Envelope, handler func(*Envelope) error) e
 	if err := handler(env); err != nil {
 		return err
 	}
-	if env.Class != Durable {
+	if env.Class != ClassDurable {
 		return nil
 	}
 	_, err := ps.Ack(env.SessionID, env.DeliveryID)
@@ -60,7 +60,7 @@ func ConsumeMany(ps *PubSub, envs []*Envelope, handler func([]*Envelope) (commit
 	committed, herr := handler(envs)
 	durable := map[uint64]bool{}
 	for _, e := range envs {
-		if e.Class == Durable {
+		if e.Class == ClassDurable {
 			durable[e.DeliveryID] = false
 		}
 	}
@@ -102,7 +102,7 @@ func ConsumeOrdered(ps *PubSub, envs []*Envelope, handler func(*Envelope) error)
 		if herr = handler(sorted[i]); herr != nil {
 			break
 		}
-		if sorted[i].Class == Durable {
+		if sorted[i].Class == ClassDurable {
 			ack = append(ack, sorted[i].DeliveryID)
 		}
 	}
@@ -170,7 +170,7 @@ func byDeliveryID(envs []*Envelope) []*Envelope {
 func durableIDs(envs []*Envelope) []uint64 {
 	var out []uint64
 	for _, e := range envs {
-		if e.Class == Durable {
+		if e.Class == ClassDurable {
 			out = append(out, e.DeliveryID)
 		}
 	}

@@ -1,10 +1,50 @@
 // Package echopubsub is reliable cluster pub/sub for Proto.Actor: a port of
-// EchoPubSub (an at-least-once Phoenix.PubSub adapter) to Go.
+// EchoPubSub (an at-least-once Phoenix.PubSub adapter) to Go. Either a
+// subscriber receives every message in order, or it is told that it fell
+// behind. Never a silent gap.
+//
+// # Quick start
+//
+// Start a pubsub on each node (same Config.Name, same members), subscribe
+// an actor spawned with SubscriberMailbox, broadcast; the subscriber
+// receives the message, or a notice of what it lost:
+//
+//	sys := actor.NewActorSystem() // per node; its remote runs with RemoteConfig:
+//	remote.NewRemote(sys, echopubsub.RemoteConfig("10.0.0.1", 8001, log)).Start()
+//	members := cluster.NewStatic("10.0.0.1:8001", "10.0.0.2:8001")
+//	ps, err := echopubsub.Start(sys, echopubsub.DefaultConfig("scores"), echopubsub.WithMembership(members))
+//	sub := sys.Root.Spawn(actor.PropsFromFunc(receive, actor.WithMailbox(echopubsub.SubscriberMailbox())))
+//	err = ps.Subscribe(sub, "match:42")
+//	err = ps.Broadcast(nil, "match:42", wrapperspb.String("1-0")) // on any node
+//	// receive's ctx.Message() is the *wrapperspb.StringValue, in order per sender;
+//	// or *messages.CursorExpired (this node fell behind a producer: reload state);
+//	// or *messages.BackPressure (this subscriber's queue was full: newer ones dropped).
+//
+// Example runs the same with two nodes in one process; the README's Use
+// section is it as a complete main.go.
+//
+// # Packages
+//
+//   - echopubsub (this package): Start, PubSub (Broadcast family,
+//     Subscribe, Stats, Health, Stop), sessions (OpenSession, Ack,
+//     ReplaySession, requests), Config, the Store contract, RemoteConfig
+//     and TLS.
+//   - messages: wire, notice and report types. cluster, cluster/consul:
+//     membership (static list, Consul).
+//   - gateway: the WebSocket gateway (one socket, one session), built on
+//     this package's API.
+//   - store/bolt: the embedded Store (one bbolt file per node);
+//     store/postgres: PostgreSQL, its own module; store/storetest: the
+//     conformance suite and benchmarks every Store runs.
+//   - ringbuf (the cursor rules), supervision (the tree), actors/stream
+//     (producer and worker: the node-to-node stream), actors/delivery
+//     (dispatcher, registry, counting mailbox): the machinery, for reading
+//     the rules. See docs/architecture.md.
+//
+// What follows are the design answers: the guarantee, what a joining node
+// is owed, back-pressure, sessions, durable streams, the trust boundary.
 //
 // # The guarantee
-//
-// Either a subscriber receives every message in order, or it is told that it
-// fell behind. Never a silent gap.
 //
 // Every node's producer keeps the last Config.BufferSize messages in a ring
 // buffer (package ringbuf), each stamped with an absolute write cursor, and a
@@ -86,18 +126,10 @@
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.
-// Requests and replies (RequestSession, Reply) are durable deliveries with
+// Requests and replies (RequestFromSession, Reply) are durable deliveries with
 // a context, carried by the stream itself to the node named in the session
-// id. The engine is package actors/session.
-//
-// # WebSocket gateway
-//
-// Gateway (NewGateway) is an http.Handler that binds each WebSocket to one
-// new session: JSON commands (subscribe, unsubscribe, ack, ack_many,
-// replay, request, reply) act on the socket's own session only, envelopes
-// reach the client in protojson and stay reserved until it acks them, so a
-// client that stops reading is a slow consumer under the session's rules
-// and is closed with a reason. Protocol: docs/gateway.md.
+// id. Package gateway serves sessions to browsers over WebSocket
+// (docs/gateway.md).
 //
 // # Subscriptions
 //
@@ -141,14 +173,14 @@
 //
 // Where rows are written, and what a cursor means:
 //
-//   - Shared store (package cluster/pgstore, PostgreSQL): the publishing
+//   - Shared store (module store/postgres, PostgreSQL): the publishing
 //     node appends each row once. A stream's cursor is global to the
 //     cluster: cursor n is the same row on every node, so a session on any
 //     node replays from any cursor. Rows become visible in cursor order
 //     (an append holds the stream's counter row lock until it commits), so
 //     a replay never steps over a row that commits later.
-//   - Embedded store (NewBoltStore, WithStorePath: one bbolt file per
-//     node): each node appends what it receives: the publishing node in
+//   - Embedded store (package store/bolt, one bbolt file per node): each
+//     node appends what it receives: the publishing node in
 //     Broadcast, every other node in its worker, one transaction per
 //     batch, before it acknowledges the batch (an acknowledgement means
 //     stored). A cursor is per node: meaningful only on the node that
@@ -195,29 +227,10 @@
 //     from its own retries (every RetryInterval) and from protoactor's
 //     endpoint events; Consul membership adds health checks.
 //
-// # Use
-//
-// See Example (two nodes in one process, a subscriber handling the message,
-// CursorExpired and BackPressure) and the other examples. In short: start an
-// actor system whose remote runs with RemoteConfig, Start a pubsub on it
-// with the same Config.Name and member list on every node, spawn
-// subscribers with SubscriberMailbox and Subscribe them, and Broadcast
-// (from an actor: send a *messages.Broadcast to PID()).
-//
-// # Packages
-//
-// This package is the API. Beside it: cluster (membership: static list or
-// Consul), messages (wire, notice and report types), ringbuf (the cursor
-// rules), supervision (the tree), and the actors themselves in actors/stream
-// (producer and worker: the node-to-node stream) and actors/delivery
-// (dispatcher, registry, counting mailbox: local delivery and
-// back-pressure); they meet at two calls, Deliver and Expired. See
-// docs/architecture.md.
-//
 // # Trust boundary
 //
 // What a peer may send to a node's pubsubs is decided in one place, the
-// edge guard RemoteConfig installs (GuardStream; rules in guard.go): no
+// edge guard RemoteConfig installs (rules in guard.go): no
 // protoactor system message from the wire reaches the tree, only members
 // send requests, and a producer names the node it sends from. WithTLS adds
 // mutual TLS, which proves that node: see README, "Securing a cluster".

@@ -70,7 +70,6 @@ type options struct {
 	meterProvider metric.MeterProvider
 	// durable streams (store.go)
 	store     Store
-	storePath string
 	durable   []string
 	authorize func(sessionID, stream string) error
 	unguarded bool
@@ -177,7 +176,6 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	}
 	ps, err := start(system, cfg, addr, o, log, dur)
 	if err != nil {
-		_ = dur.close()
 		return nil, err
 	}
 	ps.dur = dur
@@ -283,6 +281,17 @@ func (ps *PubSub) waitReady() error {
 
 // NodeName is this node's name: its advertised remote address.
 func (ps *PubSub) NodeName() string { return ps.rt.Node }
+
+// Config is the configuration the pubsub runs with (a copy).
+func (ps *PubSub) Config() Config { return ps.cfg }
+
+// ActorSystem is the actor system the pubsub was started on.
+func (ps *PubSub) ActorSystem() *actor.ActorSystem { return ps.rt.System }
+
+// Logger is the pubsub's logger (WithLogger), with its "pubsub" and "node"
+// fields: what a component built on the pubsub (package gateway) logs
+// through.
+func (ps *PubSub) Logger() zerolog.Logger { return ps.rt.Log }
 
 // PID is the pubsub's well-known local PID. Actors may send it a
 // *messages.Broadcast, routed as Broadcast with the sender's PID (use
@@ -606,9 +615,6 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.remove(ps.rt)
-		if err := ps.dur.close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

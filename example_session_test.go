@@ -45,7 +45,7 @@ func Example_sessions() {
 		fmt.Println(err)
 		return
 	}
-	_ = ps.SessionSubscribe(sess.ID(), "room:1", echopubsub.WithContext(map[string]string{"room": "1"}))
+	_ = ps.SessionSubscribe(sess.ID(), "room:1", echopubsub.WithEnvelopeContext(map[string]string{"room": "1"}))
 	_ = ps.Broadcast(nil, "room:1", wrapperspb.String("hello"))
 	_ = ps.Broadcast(nil, "room:1", wrapperspb.String("world"))
 
@@ -87,7 +87,7 @@ func Example_sessions() {
 // Request and reply are durable deliveries with a context: the callee reads
 // who asked with RequestContextOf and answers with Reply; both sides ack as
 // usual. The sessions may live on different nodes.
-func ExamplePubSub_RequestSession() {
+func ExamplePubSub_RequestFromSession() {
 	log := zerolog.Nop()
 	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
 	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
@@ -120,7 +120,7 @@ func ExamplePubSub_RequestSession() {
 	calleeSess, _ := ps.OpenSession(callee)
 	callerSess, _ := ps.OpenSession(caller)
 
-	id, err := ps.RequestSession(callerSess.ID(), calleeSess.ID(), wrapperspb.String("ada"))
+	id, err := ps.RequestFromSession(callerSess.ID(), calleeSess.ID(), wrapperspb.String("ada"))
 	if err != nil {
 		fmt.Println(err)
 		return

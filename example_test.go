@@ -26,8 +26,8 @@ func node(log zerolog.Logger) (*actor.ActorSystem, *remote.Remote) {
 }
 
 // Two nodes in one process: a subscriber on node B receives what node A
-// broadcasts, in order, or is told what it lost. This is the README's "Use"
-// section.
+// broadcasts, in order, or is told what it lost (the README's Use section
+// is the same program as a main.go).
 func Example() {
 	log := zerolog.New(os.Stderr).Level(zerolog.WarnLevel)
 	sysA, remA := node(log)

@@ -26,12 +26,13 @@ import (
 )
 
 // The edge guard is the one place that decides what a peer may do
-// (ARCHITECTURE.md, "What a peer may do"). It wraps protoactor's gRPC stream
-// and looks at every decoded envelope before protoactor hands it to an actor:
+// (docs/architecture.md, "Where each rule lives"). It wraps protoactor's
+// gRPC stream and looks at every decoded envelope before protoactor hands
+// it to an actor:
 //
 //   - TLS identity (when the remote runs WithTLS): every sender address, the
 //     address in the connect handshake and the node an ack names must be one
-//     the peer's certificate stands for (see CertAllows);
+//     the peer's certificate stands for (see certAllows);
 //   - the tree's well-known actors (echopubsub/<name>/...) accept from the
 //     wire only EchoPubSub's requests, each at its own actor: Broadcast at
 //     the root, Register, Batch and Expire at a worker. Anything else, and
@@ -218,7 +219,7 @@ func (s *guardedStream) RecvMsg(m interface{}) error {
 	case *remote.RemoteMessage_ConnectRequest:
 		if sc := t.ConnectRequest.GetServerConnection(); sc != nil {
 			s.claimed = sc.Address
-			if s.cert != nil && !CertAllows(s.cert, sc.Address) {
+			if s.cert != nil && !certAllows(s.cert, sc.Address) {
 				s.g.log.Error().Str("peer", s.peerAddr).Str("claimed", sc.Address).Str("certificate", certName(s.cert)).
 					Msg("refused a peer whose certificate is not for the node address it claims")
 				return status.Errorf(codes.PermissionDenied, "echopubsub: certificate %s is not for node %q", certName(s.cert), sc.Address)
@@ -301,7 +302,7 @@ func envelopeParts(b *remote.MessageBatch, env *remote.MessageEnvelope) (target,
 // check decides one envelope: ok false drops it; an error ends the stream.
 func (s *guardedStream) check(env *remote.MessageEnvelope, target, sender *actor.PID, typ string) (bool, error) {
 	g := s.g
-	if s.cert != nil && sender != nil && !CertAllows(s.cert, sender.Address) {
+	if s.cert != nil && sender != nil && !certAllows(s.cert, sender.Address) {
 		if g.once("cert|" + s.peerAddr + "|" + sender.Address) {
 			g.log.Error().Str("sender", sender.Address).Str("certificate", certName(s.cert)).Str("type", typ).
 				Msg("dropped messages whose sender address the peer's certificate is not for")
@@ -459,7 +460,7 @@ func (s *guardedStream) checkAck(env *remote.MessageEnvelope, target *actor.PID,
 	reason := ""
 	member, runs := pubsubs.memberOfAny(target.Address, node)
 	switch {
-	case s.cert != nil && !CertAllows(s.cert, node):
+	case s.cert != nil && !certAllows(s.cert, node):
 		reason = fmt.Sprintf("names worker node %q, which certificate %s is not for", node, certName(s.cert))
 	case !member && (runs || target.Address == protoLocalAddress || target.Address == ""):
 		reason = fmt.Sprintf("names worker node %q, not a member of any pubsub on %s", node, target.Address)
@@ -514,11 +515,11 @@ func scanRequest(b []byte, typ string) (node string, entries, payloadBytes int, 
 	return node, entries, payloadBytes, nil
 }
 
-// CertAllows reports whether cert stands for the node at addr (host:port).
+// certAllows reports whether cert stands for the node at addr (host:port).
 // A certificate with URI SANs of the form echopubsub://host:port (see
 // NodeURI) stands exactly for those addresses; one without any stands for
 // every port of the hosts in its IP and DNS SANs.
-func CertAllows(cert *x509.Certificate, addr string) bool {
+func certAllows(cert *x509.Certificate, addr string) bool {
 	if cert == nil || addr == "" {
 		return false
 	}

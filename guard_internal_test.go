@@ -91,8 +91,8 @@ func TestCertAllows(t *testing.T) {
 		{nil, "10.0.0.1:8090", false},
 	}
 	for _, c := range cases {
-		if got := CertAllows(c.cert, c.addr); got != c.want {
-			t.Errorf("CertAllows(%v, %q) = %v, want %v", c.cert, c.addr, got, c.want)
+		if got := certAllows(c.cert, c.addr); got != c.want {
+			t.Errorf("certAllows(%v, %q) = %v, want %v", c.cert, c.addr, got, c.want)
 		}
 	}
 }

@@ -98,7 +98,7 @@ func TestBackPressureMetricsMove(t *testing.T) {
 // SessionPressure notice past SoftQueue, and the slow-consumer action past
 // HardQueue, counted by action; its reservations are released with it.
 func TestSessionMetricsMove(t *testing.T) {
-	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.Disconnect, echopubsub.ExitOwner} {
+	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.SlowConsumerDisconnect, echopubsub.SlowConsumerExitOwner} {
 		t.Run(action.String(), func(t *testing.T) {
 			cfg := sessionConfig(2, 4)
 			cfg.SlowConsumerAction = action
@@ -116,7 +116,7 @@ func TestSessionMetricsMove(t *testing.T) {
 				nd.Broadcast(t, "match", stamp(i))
 			}
 			test.Eventually(t, 5*time.Second, func() bool { return countOf[*messages.SessionClosed](o) == 1 }, o.describe)
-			want := map[echopubsub.SlowConsumerAction]string{echopubsub.Disconnect: "disconnect", echopubsub.ExitOwner: "exit_owner"}
+			want := map[echopubsub.SlowConsumerAction]string{echopubsub.SlowConsumerDisconnect: "disconnect", echopubsub.SlowConsumerExitOwner: "exit_owner"}
 			m.eventuallyWith(t, "echopubsub.session.slow_consumer_actions", "action", want[action], 1)
 			m.eventuallyWith(t, "echopubsub.session.slow_consumer_actions", "", "", 1)
 			m.eventuallyWith(t, "echopubsub.session.reservations", "", "", 0)

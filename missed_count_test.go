@@ -30,7 +30,7 @@ func TestMissedCountsEverythingTheNodeWillNeverGet(t *testing.T) {
 	for i, nd := range nodes { // each on its own embedded store
 		nd.StopPubSub(t)
 		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
-			echopubsub.WithStorePath(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+			test.WithBoltStore(t, filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
 	}
 	var mu sync.Mutex
 	var events []*messages.Expired

@@ -59,7 +59,7 @@ func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.Conf
 //	cfg := remote.Configure(host, port, echopubsub.Guard(zlog), ...your options)
 //
 // It appends (never replaces) to the remote's options:
-//   - the edge guard (GuardStream) around protoactor's gRPC stream handler:
+//   - the edge guard (guardStream) around protoactor's gRPC stream handler:
 //     what a peer may send to this node's pubsubs, checked in one place;
 //     system messages from the wire (Stop, PoisonPill, Terminated, Watch,
 //     Unwatch) never reach the pubsub's actors; malformed traffic closes
@@ -74,7 +74,7 @@ func RemoteConfig(host string, port int, log zerolog.Logger, opts ...remote.Conf
 // remote.WithServerOptions replaces the server options given before it:
 // put Guard after it (or Start tells you the guard is gone).
 func Guard(log zerolog.Logger) remote.ConfigOption {
-	guard := grpc.ChainStreamInterceptor(GuardStream(log))
+	guard := grpc.ChainStreamInterceptor(guardStream(log))
 	guardOptions.Store(guard, true)
 	return func(rc *remote.Config) {
 		rc.ServerOptions = append(rc.ServerOptions, guard,
@@ -143,12 +143,12 @@ func remoteGuarded(system *actor.ActorSystem) (guarded, known bool) {
 	return false, true
 }
 
-// GuardStream is the gRPC stream interceptor RemoteConfig installs, the one
+// guardStream is the gRPC stream interceptor RemoteConfig installs, the one
 // place that decides what a peer may do (see guard.go for the rules): it
 // filters every envelope protoactor decodes from the stream before any actor
 // sees it, and turns a panic in protoactor's stream handler (a hostile or
 // broken peer) into an error for that stream alone.
-func GuardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
+func guardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
 	g := newGuard(log)
 	return func(srv interface{}, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -49,7 +49,7 @@ type ReplayStats struct {
 // does not hold some messages of the stream at this point: between the row
 // before Cursor and the row after it, messages of producer Node were lost
 // (Missed of them, 0 when unknown). As for CursorExpired, reload what they
-// carried from a source of truth. Only a node-local store (NewBoltStore)
+// carried from a source of truth. Only a node-local store (store/bolt)
 // has gaps; see the package doc, "Durable streams".
 type StreamGap struct {
 	SessionID string
@@ -149,12 +149,12 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 }
 
 func (ps *PubSub) replayEnvelope(id, stream string, format DeliveryFormat, r *Record) *Envelope {
-	env := &Envelope{Instance: ps.rt.Cfg.Name, SessionID: id, Topic: stream, Class: Durable,
+	env := &Envelope{Instance: ps.rt.Cfg.Name, SessionID: id, Topic: stream, Class: ClassDurable,
 		PayloadType: r.PayloadType, Cursor: r.Cursor, Replayed: true}
-	if format != Event {
+	if format != FormatEvent {
 		env.Payload = r.Payload
 	}
-	if format != Encoded {
+	if format != FormatEncoded {
 		msg, err := messages.Decode(r.PayloadType, r.Payload)
 		if err != nil {
 			msg = &messages.Undecodable{Topic: stream, PayloadType: r.PayloadType, Payload: r.Payload, Error: err.Error()}

@@ -19,9 +19,10 @@ func gapCluster(t *testing.T) ([]*test.Node, func(i int)) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue = 400, 800
 	nodes := test.StartCluster(t, 2, cfg)
+	stores := test.NewStores(t)
 	start := func(i int) {
 		nodes[i].Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
-			echopubsub.WithStorePath(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+			stores.Option(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
 	}
 	for i, nd := range nodes {
 		nd.StopPubSub(t)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store/bolt"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -66,7 +67,7 @@ func ackAll(t *testing.T, nd *test.Node, id string, o *owner) {
 // room stops at the first refused row, and the resume cursor brings the
 // next call back to exactly that row: every row once, in order.
 func TestReplayResumesAfterPressureRefusal(t *testing.T) {
-	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
 		echopubsub.WithDurableTopics("room:*"))[0]
 	publishStamps(t, nd, "room:1", "p", 1, 12)
 	o := spawnOwner(t, nd, nil)
@@ -120,7 +121,7 @@ func TestReplayResumesAfterPressureRefusal(t *testing.T) {
 func TestReplayStopsAtFullReservationTable(t *testing.T) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue, cfg.MaxDeliveryReservations = 8, 10, 10
-	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, cfg, test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
 		echopubsub.WithDurableTopics("room:1"))[0]
 	publishStamps(t, nd, "room:1", "p", 1, 6)
 	a, b := spawnOwner(t, nd, nil), spawnOwner(t, nd, nil)
@@ -153,7 +154,7 @@ func TestReplayStopsAtFullReservationTable(t *testing.T) {
 func TestReplayAuthorization(t *testing.T) {
 	errNo := errors.New("not a member of this room")
 	var denied string
-	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
 		echopubsub.WithDurableTopics("room:*"),
 		echopubsub.WithAuthorizer(func(sessionID, stream string) error {
 			if sessionID == denied && stream == "room:secret" {
@@ -186,7 +187,7 @@ func TestReplayAuthorization(t *testing.T) {
 // TestReplayLimitsAndStreamEnds: bad limits, an empty stream, a cursor at
 // and past the end, a topic that is not durable, an unknown session.
 func TestReplayLimitsAndStreamEnds(t *testing.T) {
-	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
 		echopubsub.WithDurableTopics("room:*"))[0]
 	o := spawnOwner(t, nd, nil)
 	id := openSession(t, nd, o, nil)
@@ -229,7 +230,7 @@ func TestReplayLimitsAndStreamEnds(t *testing.T) {
 // stream order, and is counted; a page refused before it leaves it for the
 // next call.
 func TestReplaySurfacesGaps(t *testing.T) {
-	store, err := echopubsub.NewBoltStore(filepath.Join(t.TempDir(), "n.db"))
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "n.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestReplaySurfacesGaps(t *testing.T) {
 
 // TestDurableBroadcastFailsWhenTheAppendFails: nothing is broadcast.
 func TestDurableBroadcastFailsWhenTheAppendFails(t *testing.T) {
-	store, err := echopubsub.NewBoltStore(filepath.Join(t.TempDir(), "n.db"))
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "n.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,10 +294,11 @@ func TestReplayAfterFullClusterRestartBolt(t *testing.T) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue = 50, 100
 	nodes := test.StartCluster(t, 2, cfg)
+	stores := test.NewStores(t)
 	start := func() {
 		for i, nd := range nodes {
 			nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
-				echopubsub.WithStorePath(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+				stores.Option(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
 		}
 	}
 	// StartCluster gives every node the same options: restart each on its
@@ -354,7 +356,7 @@ func addrsOf(nodes []*test.Node) []string {
 // appended (Broadcast, BroadcastFrom, BroadcastContext, a Broadcast sent to
 // PID), and DirectBroadcast and LocalBroadcast are not.
 func TestDurableBroadcastPaths(t *testing.T) {
-	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStorePath(filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
 		echopubsub.WithDurableTopics("room:1"))[0]
 	c := nd.Subscribe(t, "room:1")
 	ps := nd.PS

@@ -20,7 +20,7 @@ const (
 
 // RequestContext is what a request or reply envelope says about itself.
 type RequestContext struct {
-	// RequestID is RequestSession's result; a reply carries its request's.
+	// RequestID is RequestFromSession's result; a reply carries its request's.
 	RequestID uint64
 	// From is the session that sent it (the one to reply to, for a
 	// request); To is the session it was sent to.
@@ -47,7 +47,7 @@ func RequestContextOf(env *Envelope) (RequestContext, bool) {
 		Reply: kind == "reply"}, true
 }
 
-// RequestSession sends event to session to (on any node: its id names its
+// RequestFromSession sends event to session to (on any node: its id names its
 // node) as a durable delivery whose context (RequestContextOf) names the
 // request and fromSessionID, a session open on this node. It travels in the
 // pubsub's stream like a broadcast (DirectBroadcast to the node of to), so
@@ -55,7 +55,7 @@ func RequestContextOf(env *Envelope) (RequestContext, bool) {
 // side channel. It returns the request id, which the reply carries. A
 // session on another node that is not open when the request arrives does
 // not get it.
-func (ps *PubSub) RequestSession(fromSessionID, toSessionID string, event proto.Message) (uint64, error) {
+func (ps *PubSub) RequestFromSession(fromSessionID, toSessionID string, event proto.Message) (uint64, error) {
 	if _, _, err := ps.session(fromSessionID); err != nil {
 		return 0, fmt.Errorf("%w: from session", err)
 	}

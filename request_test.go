@@ -38,7 +38,7 @@ func TestRequestReplyAcrossNodes(t *testing.T) {
 
 	var reqIDs []uint64
 	for i := uint64(1); i <= 3; i++ {
-		rid, err := nodes[0].PS.RequestSession(askerID, calleeID, &testpb.Stamp{Publisher: "question", Seq: i})
+		rid, err := nodes[0].PS.RequestFromSession(askerID, calleeID, &testpb.Stamp{Publisher: "question", Seq: i})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestRequestReplyAcrossNodes(t *testing.T) {
 		if !ok || !rc.Reply || rc.RequestID != reqIDs[i] || rc.From != calleeID || rc.To != askerID {
 			t.Fatalf("reply %d context %+v %v (env %+v)", i, rc, ok, env)
 		}
-		if s := env.Event.(*testpb.Stamp); s.Seq != uint64(i+1)*10 || env.DeliveryID != uint64(i+1) || env.Class != echopubsub.Durable {
+		if s := env.Event.(*testpb.Stamp); s.Seq != uint64(i+1)*10 || env.DeliveryID != uint64(i+1) || env.Class != echopubsub.ClassDurable {
 			t.Fatalf("reply %d: %+v", i, env)
 		}
 		if env.Topic != echopubsub.SessionInboxPrefix+askerID {
@@ -72,13 +72,13 @@ func TestRequestReplyAcrossNodes(t *testing.T) {
 
 	// Errors: an unknown from session, a malformed or closed target, a
 	// reply to something that is not a request.
-	if _, err := nodes[0].PS.RequestSession("nope", calleeID, stamp(1)); !errors.Is(err, echopubsub.ErrUnknownSession) {
+	if _, err := nodes[0].PS.RequestFromSession("nope", calleeID, stamp(1)); !errors.Is(err, echopubsub.ErrUnknownSession) {
 		t.Fatalf("unknown from: %v", err)
 	}
-	if _, err := nodes[0].PS.RequestSession(askerID, "garbage", stamp(1)); !errors.Is(err, echopubsub.ErrUnknownSession) {
+	if _, err := nodes[0].PS.RequestFromSession(askerID, "garbage", stamp(1)); !errors.Is(err, echopubsub.ErrUnknownSession) {
 		t.Fatalf("malformed to: %v", err)
 	}
-	if _, err := nodes[0].PS.RequestSession(askerID, askerID, nil); err == nil {
+	if _, err := nodes[0].PS.RequestFromSession(askerID, askerID, nil); err == nil {
 		t.Fatal("nil event accepted")
 	}
 	if err := nodes[0].PS.Reply(calleeID, asker.envelopes()[0], stamp(1)); !errors.Is(err, echopubsub.ErrNotRequest) {
@@ -92,7 +92,7 @@ func TestRequestReplyAcrossNodes(t *testing.T) {
 	if err := nodes[0].PS.CloseSession(localID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes[0].PS.RequestSession(askerID, localID, stamp(1)); !errors.Is(err, echopubsub.ErrUnknownSession) {
+	if _, err := nodes[0].PS.RequestFromSession(askerID, localID, stamp(1)); !errors.Is(err, echopubsub.ErrUnknownSession) {
 		t.Fatalf("closed local target: %v", err)
 	}
 }
@@ -103,11 +103,11 @@ func TestRequestToLocalSessionWithEncodedFormat(t *testing.T) {
 	a := spawnOwner(t, nd, nil)
 	aID := openSession(t, nd, a, nil)
 	b := spawnOwner(t, nd, nil)
-	s, err := nd.PS.OpenSession(b.PID, echopubsub.WithDeliveryFormat(echopubsub.Encoded))
+	s, err := nd.PS.OpenSession(b.PID, echopubsub.WithDeliveryFormat(echopubsub.FormatEncoded))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nd.PS.RequestSession(aID, s.ID(), stamp(7)); err != nil {
+	if _, err := nd.PS.RequestFromSession(aID, s.ID(), stamp(7)); err != nil {
 		t.Fatal(err)
 	}
 	waitEnvelopes(t, b, 1)

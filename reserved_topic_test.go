@@ -68,8 +68,8 @@ func TestSessionInboxIsReserved(t *testing.T) {
 
 	// The library's own path still works, and it is all the victim got
 	// (every refusal above was synchronous: nothing of them was queued).
-	if _, err := ps.RequestSession(attackerID, victimID, &testpb.Stamp{Publisher: "honest", Seq: 3}); err != nil {
-		t.Fatalf("RequestSession: %v", err)
+	if _, err := ps.RequestFromSession(attackerID, victimID, &testpb.Stamp{Publisher: "honest", Seq: 3}); err != nil {
+		t.Fatalf("RequestFromSession: %v", err)
 	}
 	waitEnvelopes(t, victim, 1)
 	envs := victim.envelopes()

@@ -20,6 +20,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/proc"
+	"github.com/echopubsub/echopubsub/store/bolt"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
@@ -86,8 +87,14 @@ func runRestartChild(specJSON string) int {
 	r.Start()
 	cfg := fastConfig()
 	cfg.SoftQueue, cfg.HardQueue = 500, 1000
+	store, err := bolt.Open(spec.Store)
+	if err != nil {
+		log.Error().Err(err).Msg("child: open store")
+		return 2
+	}
+	defer store.Close() // after Stop: the pubsub does not close a store it was given
 	ps, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(cluster.NewStatic(spec.Peers...)),
-		echopubsub.WithLogger(log), echopubsub.WithDurableTopics("room:*"), echopubsub.WithStorePath(spec.Store))
+		echopubsub.WithLogger(log), echopubsub.WithDurableTopics("room:*"), echopubsub.WithStore(store))
 	if err != nil {
 		log.Error().Err(err).Msg("child: start")
 		return 2

@@ -13,8 +13,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/echopubsub/echopubsub/actors/session"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/supervision"
 )
@@ -23,7 +23,7 @@ import (
 var (
 	// ErrUnknownSession: no open session has this id on this node: never
 	// opened, closed (CloseSession, hard queue, owner stopped), or it lives
-	// on another node (only RequestSession and Reply reach those).
+	// on another node (only RequestFromSession and Reply reach those).
 	ErrUnknownSession = session.ErrUnknownSession
 	// ErrUnknownDelivery: the session holds no reservation with this
 	// delivery id: never issued, already acknowledged, or ephemeral.
@@ -48,15 +48,15 @@ var (
 type Class int
 
 const (
-	// Durable deliveries take a reservation that the owner acknowledges.
-	Durable Class = iota
-	// Ephemeral deliveries carry an envelope (DeliveryID 0) but no
+	// ClassDurable deliveries take a reservation that the owner acknowledges.
+	ClassDurable Class = iota
+	// ClassEphemeral deliveries carry an envelope (DeliveryID 0) but no
 	// reservation: nothing to ack, not counted against the queues.
-	Ephemeral
+	ClassEphemeral
 )
 
 func (c Class) String() string {
-	if c == Ephemeral {
+	if c == ClassEphemeral {
 		return "Ephemeral"
 	}
 	return "Durable"
@@ -66,13 +66,13 @@ func (c Class) String() string {
 type DeliveryFormat int
 
 const (
-	// Event: the decoded message in Envelope.Event (the default).
-	Event DeliveryFormat = iota
-	// Encoded: the wire bytes in Envelope.Payload (decode with
+	// FormatEvent: the decoded message in Envelope.Event (the default).
+	FormatEvent DeliveryFormat = iota
+	// FormatEncoded: the wire bytes in Envelope.Payload (decode with
 	// DecodePayload).
-	Encoded
-	// Both: Event and Payload.
-	Both
+	FormatEncoded
+	// FormatBoth: Event and Payload.
+	FormatBoth
 )
 
 // Envelope is what a session's owner receives for each delivery, as a
@@ -90,13 +90,13 @@ type Envelope struct {
 	// receiving session's inbox topic (SessionInboxPrefix + its id).
 	Topic string
 	Class Class
-	// Context is nil unless the subscription (WithContext) or the send (a
+	// Context is nil unless the subscription (WithEnvelopeContext) or the send (a
 	// request or a reply: see RequestContextOf) supplied a non-empty one.
 	Context map[string]string
-	// Event is set for DeliveryFormat Event and Both. A payload this node
+	// Event is set for FormatEvent and FormatBoth. A payload this node
 	// cannot decode arrives as a *messages.Undecodable.
 	Event proto.Message
-	// Payload is set for Encoded and Both: the message's protobuf bytes.
+	// Payload is set for FormatEncoded and FormatBoth: the message's protobuf bytes.
 	// For a request or a reply they are the bytes the sender encoded; for
 	// a broadcast the session re-encodes the message this node decoded
 	// (the same message, not necessarily the same bytes), as the node's
@@ -150,9 +150,9 @@ func WithDeliveryFormat(f DeliveryFormat) SessionOption {
 // SessionSubscribeOption configures SessionSubscribe.
 type SessionSubscribeOption func(*subSpec)
 
-// WithContext attaches ctx (copied) to every envelope of the subscription.
+// WithEnvelopeContext attaches ctx (copied) to every envelope of the subscription.
 // Defaults to none (Envelope.Context nil).
-func WithContext(ctx map[string]string) SessionSubscribeOption {
+func WithEnvelopeContext(ctx map[string]string) SessionSubscribeOption {
 	return func(s *subSpec) {
 		s.context = nil
 		if len(ctx) > 0 {
@@ -201,7 +201,7 @@ func (ps *PubSub) startSessions() error {
 	cfg := ps.cfg
 	lim := session.Limits{SoftQueue: cfg.SoftQueue, HardQueue: cfg.HardQueue, Action: session.Disconnect,
 		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems, Wait: cfg.RoomWait}
-	if cfg.SlowConsumerAction == ExitOwner {
+	if cfg.SlowConsumerAction == SlowConsumerExitOwner {
 		lim.Action = session.ExitOwner
 	}
 	system := ps.rt.System
@@ -256,8 +256,8 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 		}
 		opt(&o)
 	}
-	if o.format < Event || o.format > Both {
-		return nil, fmt.Errorf("echopubsub: DeliveryFormat must be Event, Encoded or Both, got %d", int(o.format))
+	if o.format < FormatEvent || o.format > FormatBoth {
+		return nil, fmt.Errorf("echopubsub: DeliveryFormat must be FormatEvent, FormatEncoded or FormatBoth, got %d", int(o.format))
 	}
 	id, err := newSessionID(ps.rt.Node)
 	if err != nil {
@@ -351,7 +351,7 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 		}
 		opt(&spec)
 	}
-	if spec.class != Durable && spec.class != Ephemeral {
+	if spec.class != ClassDurable && spec.class != ClassEphemeral {
 		return fmt.Errorf("echopubsub: Class must be Durable or Ephemeral, got %d", int(spec.class))
 	}
 	rec, old, err := ps.lockSubs(id)
@@ -461,8 +461,8 @@ func (ps *PubSub) AckFirst(id string) (int, error) { return ps.sess.engine.AckFi
 // stopped pubsub.
 func (ps *PubSub) Pending(id string) int { return ps.sess.engine.Pending(id) }
 
-// DecodePayload decodes an envelope's Payload (DeliveryFormat Encoded or
-// Both) back into its message.
+// DecodePayload decodes an envelope's Payload (FormatEncoded or
+// FormatBoth) back into its message.
 func (ps *PubSub) DecodePayload(env *Envelope) (proto.Message, error) {
 	if env == nil {
 		return nil, fmt.Errorf("echopubsub: DecodePayload got a nil envelope")

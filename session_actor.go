@@ -6,7 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/echopubsub/echopubsub/actors/session"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -143,7 +143,7 @@ func (a *sessionActor) pass(item interface{}) bool {
 		a.ps.sess.engine.Notify(a.s, item)
 		return true
 	}
-	return a.ps.sess.engine.Pace(a.s, env.Class == Durable, func(id uint64) interface{} {
+	return a.ps.sess.engine.Pace(a.s, env.Class == ClassDurable, func(id uint64) interface{} {
 		env.DeliveryID = id
 		return env
 	}) != session.Held
@@ -185,10 +185,10 @@ func (a *sessionActor) body(env *Envelope, msg proto.Message, wire []byte, typeN
 		typeName = string(msg.ProtoReflect().Descriptor().FullName())
 	}
 	env.PayloadType = typeName
-	if a.rec.format != Encoded {
+	if a.rec.format != FormatEncoded {
 		env.Event = msg
 	}
-	if a.rec.format != Event {
+	if a.rec.format != FormatEvent {
 		if wire == nil {
 			b, err := proto.Marshal(msg)
 			if err != nil { // a message that was decoded from the wire marshals again
@@ -219,7 +219,7 @@ func (a *sessionActor) fromInbox(env *Envelope, sm *messages.SessionMessage, nod
 	if sm.Kind == messages.SessionMessageKind_SESSION_MESSAGE_KIND_REPLY {
 		kind = "reply"
 	}
-	env.Class = Durable
+	env.Class = ClassDurable
 	env.Context = make(map[string]string, len(sm.Context)+4)
 	for k, v := range sm.Context {
 		env.Context[k] = v

@@ -11,21 +11,21 @@ import (
 type SlowConsumerAction int
 
 const (
-	// Disconnect closes the session: the owner gets a
+	// SlowConsumerDisconnect closes the session: the owner gets a
 	// *messages.SessionClosed, its reservations are released and later
 	// calls with its id fail with ErrUnknownSession.
-	Disconnect SlowConsumerAction = iota
-	// ExitOwner does what Disconnect does, then stops the owner actor: it
+	SlowConsumerDisconnect SlowConsumerAction = iota
+	// SlowConsumerExitOwner does what SlowConsumerDisconnect does, then stops the owner actor: it
 	// is sent a PoisonPill, so it handles what its mailbox already holds,
 	// the SessionClosed notice last, and stops.
-	ExitOwner
+	SlowConsumerExitOwner
 )
 
 func (a SlowConsumerAction) String() string {
 	switch a {
-	case Disconnect:
+	case SlowConsumerDisconnect:
 		return "Disconnect"
-	case ExitOwner:
+	case SlowConsumerExitOwner:
 		return "ExitOwner"
 	}
 	return fmt.Sprintf("SlowConsumerAction(%d)", int(a))
@@ -54,7 +54,8 @@ type SessionConfig struct {
 	// a durable delivery that would exceed it is rolled back and
 	// SlowConsumerAction applies. Defaults to 2000.
 	HardQueue int
-	// SlowConsumerAction: Disconnect (the default) or ExitOwner.
+	// SlowConsumerAction: SlowConsumerDisconnect (the default) or
+	// SlowConsumerExitOwner.
 	SlowConsumerAction SlowConsumerAction
 	// MaxDeliveryReservations bounds the reservations held by every
 	// session of this pubsub on this node together. A full table refuses a
@@ -82,7 +83,7 @@ type SessionConfig struct {
 
 // DefaultSessionConfig returns the session defaults of the original.
 func DefaultSessionConfig() SessionConfig {
-	return SessionConfig{SoftQueue: 500, HardQueue: 2000, SlowConsumerAction: Disconnect,
+	return SessionConfig{SoftQueue: 500, HardQueue: 2000, SlowConsumerAction: SlowConsumerDisconnect,
 		MaxDeliveryReservations: ReservationsBalanced, MaxBatchItems: 1000, RoomWait: time.Second}
 }
 
@@ -106,8 +107,8 @@ func (c SessionConfig) validate() error {
 	if c.HardQueue > c.MaxDeliveryReservations {
 		return fmt.Errorf("echopubsub: config HardQueue must be <= MaxDeliveryReservations, got HardQueue %d, MaxDeliveryReservations %d", c.HardQueue, c.MaxDeliveryReservations)
 	}
-	if c.SlowConsumerAction != Disconnect && c.SlowConsumerAction != ExitOwner {
-		return fmt.Errorf("echopubsub: config SlowConsumerAction must be Disconnect or ExitOwner, got %v", c.SlowConsumerAction)
+	if c.SlowConsumerAction != SlowConsumerDisconnect && c.SlowConsumerAction != SlowConsumerExitOwner {
+		return fmt.Errorf("echopubsub: config SlowConsumerAction must be SlowConsumerDisconnect or SlowConsumerExitOwner, got %v", c.SlowConsumerAction)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/echopubsub/echopubsub/actors/session"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
 

@@ -38,7 +38,7 @@ func TestSessionEnvelopesAndAcks(t *testing.T) {
 		t.Fatalf("stamps %v", got)
 	}
 	env := o.envelopes()[0]
-	if env.Instance != "scores" || env.SessionID != id || env.Topic != "match" || env.Class != echopubsub.Durable ||
+	if env.Instance != "scores" || env.SessionID != id || env.Topic != "match" || env.Class != echopubsub.ClassDurable ||
 		env.Context != nil || env.Payload != nil || env.PayloadType != "echopubsub.test.v1.Stamp" {
 		t.Fatalf("envelope %+v", env)
 	}
@@ -103,17 +103,17 @@ func TestSessionContextClassAndFormats(t *testing.T) {
 	nd := test.StartCluster(t, 1, sessionConfig(100, 200))[0]
 	var ids [3]string
 	owners := [3]*owner{}
-	for i, f := range []echopubsub.DeliveryFormat{echopubsub.Event, echopubsub.Encoded, echopubsub.Both} {
+	for i, f := range []echopubsub.DeliveryFormat{echopubsub.FormatEvent, echopubsub.FormatEncoded, echopubsub.FormatBoth} {
 		owners[i] = spawnOwner(t, nd, nil)
 		s, err := nd.PS.OpenSession(owners[i].PID, echopubsub.WithDeliveryFormat(f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids[i] = s.ID()
-		if err := nd.PS.SessionSubscribe(s.ID(), "ctx", echopubsub.WithContext(map[string]string{"room": "42"})); err != nil {
+		if err := nd.PS.SessionSubscribe(s.ID(), "ctx", echopubsub.WithEnvelopeContext(map[string]string{"room": "42"})); err != nil {
 			t.Fatal(err)
 		}
-		if err := nd.PS.SessionSubscribe(s.ID(), "eph", echopubsub.WithClass(echopubsub.Ephemeral), echopubsub.WithContext(map[string]string{})); err != nil {
+		if err := nd.PS.SessionSubscribe(s.ID(), "eph", echopubsub.WithClass(echopubsub.ClassEphemeral), echopubsub.WithEnvelopeContext(map[string]string{})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,10 +122,10 @@ func TestSessionContextClassAndFormats(t *testing.T) {
 	for i, o := range owners {
 		waitEnvelopes(t, o, 2)
 		durable, eph := o.envelopes()[0], o.envelopes()[1]
-		if durable.Context["room"] != "42" || durable.Class != echopubsub.Durable || durable.DeliveryID != 1 {
+		if durable.Context["room"] != "42" || durable.Class != echopubsub.ClassDurable || durable.DeliveryID != 1 {
 			t.Fatalf("format %d: durable envelope %+v", i, durable)
 		}
-		if eph.Context != nil || eph.Class != echopubsub.Ephemeral || eph.DeliveryID != 0 {
+		if eph.Context != nil || eph.Class != echopubsub.ClassEphemeral || eph.DeliveryID != 0 {
 			t.Fatalf("format %d: ephemeral envelope %+v (an empty context must give nil)", i, eph)
 		}
 		if (durable.Event != nil) != (i != 1) || (durable.Payload != nil) != (i != 0) {
@@ -266,7 +266,7 @@ func TestSessionConfigValidation(t *testing.T) {
 		{func(c *echopubsub.Config) { c.MaxBatchItems = 0 }, "MaxBatchItems must be > 0, got 0"},
 		{func(c *echopubsub.Config) { c.MaxDeliveryReservations = 0 }, "MaxDeliveryReservations must be > 0, got 0"},
 		{func(c *echopubsub.Config) { c.MaxDeliveryReservations = 1000 }, "HardQueue 2000, MaxDeliveryReservations 1000"},
-		{func(c *echopubsub.Config) { c.SlowConsumerAction = 5 }, "SlowConsumerAction must be Disconnect or ExitOwner, got SlowConsumerAction(5)"},
+		{func(c *echopubsub.Config) { c.SlowConsumerAction = 5 }, "SlowConsumerAction must be SlowConsumerDisconnect or SlowConsumerExitOwner, got SlowConsumerAction(5)"},
 	} {
 		cfg := echopubsub.DefaultConfig("x")
 		tc.set(&cfg)
@@ -277,7 +277,7 @@ func TestSessionConfigValidation(t *testing.T) {
 	}
 	cfg := echopubsub.DefaultConfig("x")
 	if cfg.SoftQueue != 500 || cfg.HardQueue != 2000 || cfg.MaxBatchItems != 1000 ||
-		cfg.MaxDeliveryReservations != echopubsub.ReservationsBalanced || cfg.SlowConsumerAction != echopubsub.Disconnect {
+		cfg.MaxDeliveryReservations != echopubsub.ReservationsBalanced || cfg.SlowConsumerAction != echopubsub.SlowConsumerDisconnect {
 		t.Fatalf("defaults %+v", cfg.SessionConfig)
 	}
 	cfg.SoftQueue = 2000
@@ -316,7 +316,7 @@ func TestSessionSoftQueueNoticesOncePerTransition(t *testing.T) {
 }
 
 func TestSessionHardQueue(t *testing.T) {
-	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.Disconnect, echopubsub.ExitOwner} {
+	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.SlowConsumerDisconnect, echopubsub.SlowConsumerExitOwner} {
 		t.Run(action.String(), func(t *testing.T) {
 			cfg := sessionConfig(2, 4)
 			cfg.SlowConsumerAction = action
@@ -338,12 +338,12 @@ func TestSessionHardQueue(t *testing.T) {
 				t.Fatalf("owner got\n%s\nwant\n%s", got, want)
 			}
 			closed := o.all()[5].(*messages.SessionClosed)
-			if closed.Released != 4 || closed.SessionId != id || closed.OwnerStopped != (action == echopubsub.ExitOwner) {
+			if closed.Released != 4 || closed.SessionId != id || closed.OwnerStopped != (action == echopubsub.SlowConsumerExitOwner) {
 				t.Fatalf("SessionClosed %v", closed)
 			}
 			checkUnknown(t, nd.PS, id)
 			running := func() bool { _, ok := nd.System.ProcessRegistry.GetLocal(o.PID.Id); return ok }
-			if action == echopubsub.ExitOwner {
+			if action == echopubsub.SlowConsumerExitOwner {
 				test.Eventually(t, 5*time.Second, func() bool { return !running() }, test.Sprintf("owner stopped"))
 			} else if !running() {
 				t.Fatal("Disconnect stopped the owner")
@@ -372,7 +372,7 @@ func TestSessionGlobalReservationCap(t *testing.T) {
 	waitEnvelopes(t, hog, 3) // table full
 	o := spawnOwner(t, nd, nil)
 	id := openSession(t, nd, o, []string{"match"})
-	if err := nd.PS.SessionSubscribe(id, "live", echopubsub.WithClass(echopubsub.Ephemeral)); err != nil {
+	if err := nd.PS.SessionSubscribe(id, "live", echopubsub.WithClass(echopubsub.ClassEphemeral)); err != nil {
 		t.Fatal(err)
 	}
 	nd.Broadcast(t, "match", stamp(10))

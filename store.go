@@ -14,10 +14,18 @@ import (
 
 // Store keeps durable streams: for each stream (a topic named durable with
 // WithDurableTopics), the rows appended to it, numbered by a cursor. Two
-// implementations ship: NewBoltStore (embedded, one file per node, the
-// default) and package cluster/pgstore (PostgreSQL shared by the cluster,
-// its own module). Package test/storetest is the conformance suite every
-// Store must pass.
+// implementations ship: package store/bolt (embedded, one file per node,
+// the default) and module store/postgres (PostgreSQL shared by the
+// cluster). Package store/storetest is the conformance suite every Store
+// must pass. A Store validates what it is given: a record needs a Stream,
+// a Kind of RecordMessage or RecordGap, and a message record its
+// PayloadType.
+//
+// A node-local Store (Shared false) holds what its node published and
+// received. Marking what the node missed with gap rows also needs the
+// producer positions that store/bolt records with its rows, an interface
+// internal to this module (internal/core.LocalStore): another node-local
+// Store has no gap rows.
 //
 // Cursors: a stream's first row has cursor 1 and each row the previous
 // cursor + 1, with no hole: a row is visible to Read only once every row
@@ -107,36 +115,17 @@ var (
 	ErrBadLimit = errors.New("echopubsub: replay limit must be positive")
 )
 
-// ValidateRecord checks what a store needs of a record before it appends
-// it (Store implementations call it).
-func ValidateRecord(r *Record) error {
-	switch {
-	case r.Stream == "":
-		return fmt.Errorf("echopubsub: record stream must not be empty")
-	case r.Kind != RecordMessage && r.Kind != RecordGap:
-		return fmt.Errorf("echopubsub: record kind must be RecordMessage or RecordGap, got %d", uint8(r.Kind))
-	case r.Kind == RecordMessage && r.PayloadType == "":
-		return fmt.Errorf("echopubsub: message record of stream %q has no payload type", r.Stream)
-	}
-	return nil
-}
-
 // WithStore makes the pubsub keep its durable topics (WithDurableTopics) in
 // s. The caller owns s: Stop does not close it, so that it can outlive the
-// pubsub (or serve a restarted one). Defaults to none; see also
-// WithStorePath.
+// pubsub (or serve a restarted one). Defaults to none. The embedded store is
+// package store/bolt (bolt.Open); PostgreSQL is module store/postgres.
 func WithStore(s Store) Option { return func(o *options) { o.store = s } }
-
-// WithStorePath makes the pubsub open the embedded store (NewBoltStore) at
-// path when it starts and close it when it stops: one file per node, no
-// setup. Defaults to none.
-func WithStorePath(path string) Option { return func(o *options) { o.storePath = path } }
 
 // WithDurableTopics names the topics whose broadcasts are durable: each is
 // appended to its stream (the stream is the topic) before Broadcast
 // returns nil, and can be replayed with ReplaySession. A pattern ending in
 // '*' names every topic with that prefix ("room:*"); any other pattern is
-// one topic. Requires WithStore or WithStorePath. Defaults to none.
+// one topic. Requires WithStore. Defaults to none.
 func WithDurableTopics(patterns ...string) Option {
 	return func(o *options) { o.durable = append(o.durable, patterns...) }
 }
@@ -162,18 +151,14 @@ type durability struct {
 
 	store     Store
 	preds     map[uint32][2]uint64 // group -> previous incarnation, final cursor
-	owned     bool                 // opened by WithStorePath: closed by Stop
 	exact     map[string]bool
 	prefixes  []string
 	authorize func(sessionID, stream string) error
 }
 
 func newDurability(o *options) (*durability, error) {
-	if o.store != nil && o.storePath != "" {
-		return nil, fmt.Errorf("echopubsub: WithStore and WithStorePath %q are exclusive", o.storePath)
-	}
-	if len(o.durable) > 0 && o.store == nil && o.storePath == "" {
-		return nil, fmt.Errorf("echopubsub: WithDurableTopics %q needs WithStore or WithStorePath", o.durable)
+	if len(o.durable) > 0 && o.store == nil {
+		return nil, fmt.Errorf("echopubsub: WithDurableTopics %q needs WithStore", o.durable)
 	}
 	d := &durability{store: o.store, exact: map[string]bool{}, authorize: o.authorize}
 	for _, p := range o.durable {
@@ -187,13 +172,6 @@ func newDurability(o *options) (*durability, error) {
 		default:
 			d.exact[p] = true
 		}
-	}
-	if o.storePath != "" {
-		s, err := NewBoltStore(o.storePath)
-		if err != nil {
-			return nil, err
-		}
-		d.store, d.owned = s, true
 	}
 	return d, nil
 }
@@ -212,45 +190,6 @@ func (d *durability) durable(topic string) bool {
 		}
 	}
 	return false
-}
-
-func (d *durability) close() error {
-	if d != nil && d.owned {
-		return d.store.Close()
-	}
-	return nil
-}
-
-// LocalStore is what a node-local Store (Shared false) adds so that its
-// node records, in the transaction that stores what it received, how far
-// it got in each producer's stream, and marks what it lost with gap rows
-// (see "Durable streams" in the package doc). NewBoltStore implements it.
-// A node-local Store without it holds what its node published and
-// received, and has no gap rows.
-type LocalStore interface {
-	Store
-	// AppendAt appends recs (may be empty) and records pos, in one
-	// transaction. A transaction that only records a position need not be
-	// fsynced: after a power loss an older position makes a gap row that
-	// was not needed (an alarm, never a silent loss).
-	AppendAt(ctx context.Context, recs []Record, pos ProducerPosition) error
-	// MarkGap appends gap (its Stream ignored) to every stream the store
-	// holds and records pos, in one transaction.
-	MarkGap(ctx context.Context, gap Record, pos ProducerPosition) error
-	// Position is what was recorded for the producer of node's pool group
-	// (ok false: nothing).
-	Position(ctx context.Context, node string, group uint32) (pos ProducerPosition, ok bool, err error)
-}
-
-// ProducerPosition is how far a node got in one producer incarnation's
-// stream: every durable message below Next is stored or marked lost.
-type ProducerPosition struct {
-	Node        string
-	Group       uint32
-	Incarnation uint64
-	Next        uint64
-	// Retired: the incarnation ended gracefully at Next.
-	Retired bool
 }
 
 func (d *durability) ctx() (context.Context, context.CancelFunc) {
@@ -282,16 +221,16 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 	return nil
 }
 
-func (d *durability) local() LocalStore {
+func (d *durability) local() core.LocalStore[Record] {
 	if d == nil || d.store == nil || d.store.Shared() {
 		return nil
 	}
-	l, _ := d.store.(LocalStore)
+	l, _ := d.store.(core.LocalStore[Record])
 	return l
 }
 
-func producerPosition(p core.ProducerPos, retired bool) ProducerPosition {
-	return ProducerPosition{Node: p.Node, Group: p.Group, Incarnation: p.Incarnation, Next: p.Next, Retired: retired}
+func producerPosition(p core.ProducerPos, retired bool) core.ProducerPosition {
+	return core.ProducerPosition{Node: p.Node, Group: p.Group, Incarnation: p.Incarnation, Next: p.Next, Retired: retired}
 }
 
 // Received implements core.Durable: a node-local store appends what this
@@ -431,7 +370,7 @@ func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
 	}
 	ctx, cancel := d.ctx()
 	defer cancel()
-	pos := ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
+	pos := core.ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
 	if err := l.AppendAt(ctx, nil, pos); err != nil {
 		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
 	}

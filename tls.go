@@ -19,7 +19,7 @@ const uriScheme = "echopubsub"
 // NodeURI is the URI SAN (echopubsub://host:port) that makes a node
 // certificate stand for exactly the node at addr, its advertised remote
 // address. Without such a SAN a certificate stands for every port of the
-// hosts in its IP and DNS SANs (see CertAllows).
+// hosts in its IP and DNS SANs (see certAllows).
 func NodeURI(addr string) *url.URL { return &url.URL{Scheme: uriScheme, Host: addr} }
 
 // WithTLS makes the remote speak mutual TLS with c, on its server and on its
@@ -33,10 +33,10 @@ func NodeURI(addr string) *url.URL { return &url.URL{Scheme: uriScheme, Host: ad
 // client certificate from ClientCAs whatever c.ClientAuth says, so a process
 // without a certificate from the cluster CA cannot connect at all; dials
 // verify the server's certificate against RootCAs and that it stands for
-// the dialed address (CertAllows: to the port, with a NodeURI SAN).
+// the dialed address (certAllows: to the port, with a NodeURI SAN).
 // RemoteConfig's guard then checks that every address a peer claims (its
 // senders, its connect handshake, the node in its requests and acks) is one
-// its certificate stands for (CertAllows). A nil c fails every connection.
+// its certificate stands for (certAllows). A nil c fails every connection.
 func WithTLS(c *tls.Config) remote.ConfigOption {
 	if c == nil {
 		c = &tls.Config{}
@@ -78,7 +78,7 @@ func (c nodeCreds) ClientHandshake(ctx context.Context, authority string, raw ne
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("echopubsub: server at %q showed no certificate", authority)
 	}
-	if cert := ti.State.PeerCertificates[0]; !CertAllows(cert, authority) {
+	if cert := ti.State.PeerCertificates[0]; !certAllows(cert, authority) {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("echopubsub: server certificate %s is not for node %q", certName(cert), authority)
 	}

@@ -20,6 +20,8 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/gateway"
+	"github.com/echopubsub/echopubsub/store/bolt"
 )
 
 // The chat demo (go run ./cmd/demo -chat): two EchoPubSub nodes in this
@@ -49,8 +51,9 @@ type Chat struct {
 type chatNode struct {
 	system *actor.ActorSystem
 	remote *remote.Remote
+	store  echopubsub.Store // closed after ps stopped
 	ps     *echopubsub.PubSub
-	gw     *echopubsub.Gateway
+	gw     *gateway.Gateway
 }
 
 var chatUser = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
@@ -117,23 +120,28 @@ func (c *Chat) startNodes() error {
 			}
 			return nil
 		}
+		store, err := bolt.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1)))
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i+1, err)
+		}
+		n.store = store
 		ps, err := echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)),
 			echopubsub.WithLogger(c.log.With().Int("node_index", i+1).Logger()),
-			echopubsub.WithStorePath(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1))),
+			echopubsub.WithStore(store),
 			echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i+1, err)
 		}
 		n.ps = ps
-		gcfg := echopubsub.DefaultGatewayConfig()
+		gcfg := gateway.DefaultConfig()
 		gcfg.Publish = true
-		gcfg.Authorize = func(a echopubsub.GatewayAccess) error {
+		gcfg.Authorize = func(a gateway.Access) error {
 			if !strings.HasPrefix(a.Topic, "chat:") {
 				return fmt.Errorf("%s is not a chat room", a.Topic)
 			}
 			return nil
 		}
-		if n.gw, err = echopubsub.NewGateway(ps, chatIdentity, gcfg); err != nil {
+		if n.gw, err = gateway.New(ps, chatIdentity, gcfg); err != nil {
 			return fmt.Errorf("node %d gateway: %w", i+1, err)
 		}
 	}
@@ -191,6 +199,11 @@ func (c *Chat) Stop(ctx context.Context) error {
 	for _, n := range c.nodes {
 		if n.ps != nil {
 			if err := n.ps.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.store != nil {
+			if err := n.store.Close(); err != nil {
 				errs = append(errs, err)
 			}
 		}

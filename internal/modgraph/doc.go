@@ -1,6 +1,7 @@
-// Package modgraph holds one test, about what `go get
-// github.com/echopubsub/echopubsub` brings into an adopter's module: only
-// what the library imports. The benchmark harness and the browser tests
-// live in the test/e2e module, with NATS and chromedp; they must not come
-// back into the library's go.mod.
+// Package modgraph holds the tests about this repository's modules as
+// others get them: what `go get github.com/echopubsub/echopubsub` brings
+// into an adopter's module (only what the root package imports: no bbolt,
+// no coder/websocket, nothing of the test/e2e module's NATS and chromedp),
+// and that the store/postgres module can be got and built from outside
+// the repository, and is tidy.
 package modgraph

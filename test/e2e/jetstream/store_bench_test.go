@@ -1,9 +1,10 @@
 // Package jetstream measures NATS JetStream with file storage, the natural
-// peer of EchoPubSub's durable streams, in the shapes of the root module's
-// BenchmarkDurableBroadcastBolt / BenchmarkReplayPageBolt and
-// cluster/pgstore's PostgreSQL ones: durable publish throughput (the
-// publisher waits for the PubAck, as Broadcast waits for the append) and
-// pages of 50 read from a cursor and acknowledged.
+// peer of EchoPubSub's durable streams, in the shapes of the durable
+// benchmarks every Store backend runs (store/storetest's
+// BenchDurableBroadcast and BenchReplayPage, in store/bolt and
+// store/postgres): durable publish throughput (the publisher waits for the
+// PubAck, as Broadcast waits for the append) and pages of 50 read from a
+// cursor and acknowledged.
 package jetstream
 
 import (

@@ -1,12 +1,17 @@
-package echopubsub
+// Package storekit is what this repository's Store implementations share
+// (store/bolt, store/postgres) and the root package does not export:
+// group commit and the record check.
+package storekit
 
 import (
 	"context"
 	"sync"
+
+	"github.com/echopubsub/echopubsub"
 )
 
 // GroupCommit turns concurrent appends into group commits, for Store
-// implementations (the bbolt store and cluster/pgstore use it): Submit
+// implementations (store/bolt and store/postgres use it): Submit
 // queues an item and waits; one goroutine hands everything queued while the
 // previous commit ran to one call of commit, with no added delay for a lone
 // caller. When a group's commit fails, each of its items is committed
@@ -35,14 +40,14 @@ func NewGroupCommit[T any](commit func([]T) error) *GroupCommit[T] {
 
 // Submit queues v and waits until its commit returned (its error), or ctx
 // ended (ctx's error: the commit may still land). After Close it returns
-// ErrStoreClosed. The caller must not touch v until Submit returned nil or
+// echopubsub.ErrStoreClosed. The caller must not touch v until Submit returned nil or
 // an error of the commit; after a ctx error, v may still be read.
 func (g *GroupCommit[T]) Submit(ctx context.Context, v T) error {
 	it := groupItem[T]{v: v, err: make(chan error, 1)}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return ErrStoreClosed
+		return echopubsub.ErrStoreClosed
 	}
 	g.queue = append(g.queue, it)
 	select { // under mu: Close closes wake under mu

@@ -1,4 +1,4 @@
-package pgstore_test
+package postgres_test
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/cluster/pgstore"
-	"github.com/echopubsub/echopubsub/cluster/pgstore/pgtest"
-	"github.com/echopubsub/echopubsub/test/storetest"
+	"github.com/echopubsub/echopubsub/store/postgres"
+	"github.com/echopubsub/echopubsub/store/postgres/pgtest"
+	"github.com/echopubsub/echopubsub/store/storetest"
 )
 
 // server is the package's one PostgreSQL server (TestMain); each test
@@ -33,11 +33,11 @@ var prefixes atomic.Int64
 
 func newPrefix() string { return fmt.Sprintf("t%d_", prefixes.Add(1)) }
 
-func open(t testing.TB, prefix string) *pgstore.Store {
+func open(t testing.TB, prefix string) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := pgstore.New(ctx, server.DSN(), pgstore.WithTablePrefix(prefix))
+	s, err := postgres.New(ctx, server.DSN(), postgres.WithTablePrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +68,11 @@ func TestPostgresStoreConformance(t *testing.T) {
 func TestPostgresStoreOptions(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []string{"", "1abc", "a-b", "a;drop"} {
-		if _, err := pgstore.New(ctx, server.DSN(), pgstore.WithTablePrefix(p)); err == nil {
+		if _, err := postgres.New(ctx, server.DSN(), postgres.WithTablePrefix(p)); err == nil {
 			t.Fatalf("prefix %q accepted", p)
 		}
 	}
-	if _, err := pgstore.New(ctx, "not a dsn ::"); err == nil {
+	if _, err := postgres.New(ctx, "not a dsn ::"); err == nil {
 		t.Fatal("bad dsn accepted")
 	}
 }

@@ -1,11 +1,12 @@
-package echopubsub_test
+package bolt_test
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/test/storetest"
+	"github.com/echopubsub/echopubsub/store/bolt"
+	"github.com/echopubsub/echopubsub/store/storetest"
 )
 
 func TestBoltStoreConformance(t *testing.T) {
@@ -13,7 +14,7 @@ func TestBoltStoreConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) echopubsub.Store {
 			p := filepath.Join(t.TempDir(), "node.db")
-			s, err := echopubsub.NewBoltStore(p)
+			s, err := bolt.Open(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -24,7 +25,7 @@ func TestBoltStoreConformance(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s2, err := echopubsub.NewBoltStore(paths[s])
+			s2, err := bolt.Open(paths[s])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package echopubsub_test
+package gateway_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/gateway"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -28,9 +28,9 @@ func FuzzGatewaySocket(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	nodes := test.StartCluster(f, 1, sessionConfig(5, 20))
-	cfg := echopubsub.DefaultGatewayConfig()
+	cfg := gateway.DefaultConfig()
 	cfg.OutboundQueue = 512
-	gw, err := echopubsub.NewGateway(nodes[0].PS, echopubsub.AnyIdentity, cfg)
+	gw, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, cfg)
 	if err != nil {
 		f.Fatal(err)
 	}

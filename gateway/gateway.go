@@ -1,4 +1,15 @@
-package echopubsub
+// Package gateway is EchoPubSub's WebSocket gateway, built on package
+// echopubsub's exported API: an http.Handler that binds each socket to one
+// new session of a pubsub, on this node. JSON commands (subscribe,
+// unsubscribe, ack, ack_many, replay, publish, request, reply) act on the
+// socket's own session only; envelopes reach the client in protojson and
+// stay reserved until it acks them, so a client that stops reading is a
+// slow consumer under the session's rules and is closed with a reason.
+// Protocol and defaults: docs/gateway.md.
+//
+//	gw, err := gateway.New(ps, authenticate, gateway.DefaultConfig())
+//	http.Handle("/ws", gw)
+package gateway
 
 import (
 	"context"
@@ -20,6 +31,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -30,12 +42,13 @@ import (
 //
 // Envelopes reach the client as JSON frames (the message in protojson) and
 // stay reserved until the client acks them, so a socket that stops reading
-// is a slow consumer like any session: Config.SoftQueue and HardQueue apply,
-// and Config.SlowConsumerAction closes the session, then the gateway closes
-// the socket with a close frame saying why.
+// is a slow consumer like any session: the pubsub's SoftQueue and HardQueue
+// (echopubsub.Config) apply, and its SlowConsumerAction closes the
+// session, then the gateway closes the socket with a close frame saying
+// why.
 type Gateway struct {
-	ps   *PubSub
-	cfg  GatewayConfig
+	ps   *echopubsub.PubSub
+	cfg  Config
 	auth func(*http.Request) (string, error)
 	log  zerolog.Logger
 
@@ -49,19 +62,19 @@ type Gateway struct {
 // upgrade with 403 Forbidden; any other error refuses it with 401.
 var ErrForbidden = errors.New("echopubsub: forbidden")
 
-// ErrGatewayClosed: the gateway was closed (Close).
-var ErrGatewayClosed = errors.New("echopubsub: gateway closed")
+// ErrClosed: the gateway was closed (Close).
+var ErrClosed = errors.New("echopubsub: gateway closed")
 
-// GatewayResolver finds message types by name (protojson needs it for the
+// Resolver finds message types by name (protojson needs it for the
 // payloads it reads and writes, and for google.protobuf.Any fields inside
 // them). *protoregistry.Types implements it.
-type GatewayResolver interface {
+type Resolver interface {
 	protoregistry.MessageTypeResolver
 	protoregistry.ExtensionTypeResolver
 }
 
-// GatewayAccess is one thing a client asks to do, for GatewayConfig.Authorize.
-type GatewayAccess struct {
+// Access is one thing a client asks to do, for Config.Authorize.
+type Access struct {
 	// Identity is what the authentication hook returned for the socket.
 	Identity  string
 	SessionID string
@@ -72,9 +85,9 @@ type GatewayAccess struct {
 	Topic string
 }
 
-// GatewayConfig configures a Gateway. Start from DefaultGatewayConfig; the
-// zero value of a field is not a default, NewGateway refuses it.
-type GatewayConfig struct {
+// Config configures a Gateway. Start from DefaultConfig; the
+// zero value of a field is not a default, New refuses it.
+type Config struct {
 	// WriteTimeout bounds the writing of one frame to a socket. A socket
 	// that takes longer (its client stopped reading and the TCP window is
 	// full) is closed. Default 10s.
@@ -107,14 +120,14 @@ type GatewayConfig struct {
 	OriginPatterns []string
 	// Resolver resolves payload types. Default protoregistry.GlobalTypes
 	// (every message type linked into the binary).
-	Resolver GatewayResolver
+	Resolver Resolver
 	// Authorize, when set, decides each subscribe, replay, publish and
 	// request; its error refuses the command (error frame
 	// "unauthorized"). Default nil: all of them are allowed (publish only
 	// when Publish is set). A replay is also asked of the pubsub's own
-	// authorizer (WithAuthorizer), which sees the session id:
-	// SessionIdentity gives its identity.
-	Authorize func(GatewayAccess) error
+	// authorizer (echopubsub.WithAuthorizer), which sees the session id:
+	// PubSub.SessionIdentity gives its identity.
+	Authorize func(Access) error
 	// DefaultReplayLimit is the replay command's limit when the client
 	// gives none. Default 100.
 	DefaultReplayLimit int
@@ -125,15 +138,15 @@ type GatewayConfig struct {
 	Publish bool
 }
 
-// DefaultGatewayConfig returns the defaults documented on GatewayConfig.
-func DefaultGatewayConfig() GatewayConfig {
-	return GatewayConfig{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
 		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes,
 		DefaultReplayLimit: 100, MaxReplayLimit: 1000}
 }
 
 // validate names the first invalid field and its value.
-func (c GatewayConfig) validate(hardQueue int) error {
+func (c Config) validate(hardQueue int) error {
 	switch {
 	case c.WriteTimeout <= 0:
 		return fmt.Errorf("echopubsub: gateway config WriteTimeout must be > 0, got %v", c.WriteTimeout)
@@ -159,23 +172,23 @@ func (c GatewayConfig) validate(hardQueue int) error {
 	return nil
 }
 
-// NewGateway returns a gateway serving sessions of ps. authenticate runs on
+// New returns a gateway serving sessions of ps. authenticate runs on
 // every upgrade request before the upgrade: it returns the identity the
-// socket acts for (recorded with WithIdentity, so an authorizer can see
+// socket acts for (recorded with echopubsub.WithIdentity, so an authorizer can see
 // it), or an error that refuses the request with 401 (403 when it wraps
 // ErrForbidden). It must not be nil; AnyIdentity accepts everyone.
-func NewGateway(ps *PubSub, authenticate func(*http.Request) (identity string, err error), cfg GatewayConfig) (*Gateway, error) {
+func New(ps *echopubsub.PubSub, authenticate func(*http.Request) (identity string, err error), cfg Config) (*Gateway, error) {
 	if ps == nil {
-		return nil, fmt.Errorf("echopubsub: NewGateway needs a pubsub, got nil")
+		return nil, fmt.Errorf("echopubsub: gateway.New needs a pubsub, got nil")
 	}
 	if authenticate == nil {
-		return nil, fmt.Errorf("echopubsub: NewGateway authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
+		return nil, fmt.Errorf("echopubsub: gateway.New authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
 	}
-	if err := cfg.validate(ps.cfg.HardQueue); err != nil {
+	if err := cfg.validate(ps.Config().HardQueue); err != nil {
 		return nil, err
 	}
 	return &Gateway{ps: ps, cfg: cfg, auth: authenticate, sockets: map[*socket]struct{}{},
-		log: ps.rt.Log.With().Str("component", "gateway").Logger()}, nil
+		log: ps.Logger().With().Str("component", "gateway").Logger()}, nil
 }
 
 // AnyIdentity is an authentication hook that accepts every request, with
@@ -240,11 +253,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	s := &socket{gw: g, identity: identity, out: make(chan outFrame, g.cfg.OutboundQueue),
 		closeCh: make(chan struct{}), writerDone: make(chan struct{}), subs: map[string]bool{},
-		requests: map[uint64]*Envelope{}}
-	system := g.ps.rt.System
+		requests: map[uint64]*echopubsub.Envelope{}}
+	system := g.ps.ActorSystem()
 	s.owner = system.Root.Spawn(actor.PropsFromFunc(s.receive))
 	defer func() { _ = system.Root.StopFuture(s.owner).Wait() }()
-	sess, err := g.ps.OpenSession(s.owner, WithIdentity(identity))
+	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity))
 	if err != nil {
 		http.Error(w, "session: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -274,7 +287,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.log.Debug().Str("session", s.sid).Str("identity", identity).Msg("gateway: socket open")
 
 	s.send(outFrame{raw: mustJSON(helloFrame{Type: "hello", SessionID: s.sid, Identity: identity,
-		Node: g.ps.rt.Node, Instance: g.ps.cfg.Name})})
+		Node: g.ps.NodeName(), Instance: g.ps.Config().Name})})
 	go s.writeLoop() // owned by this handler: it waits for writerDone below
 	s.readLoop(r.Context())
 	s.requestClose(websocket.StatusNormalClosure, "", false)
@@ -304,14 +317,14 @@ type socket struct {
 	subs map[string]bool // handler goroutine only
 
 	reqMu    sync.Mutex
-	requests map[uint64]*Envelope // request envelopes by delivery id, until replied to or acked
+	requests map[uint64]*echopubsub.Envelope // request envelopes by delivery id, until replied to or acked
 }
 
 // outFrame is one frame for the writer: an envelope or a notice (encoded
 // by the writer), or raw JSON.
 type outFrame struct {
-	env    *Envelope
-	notice interface{} // a notice message, or a *StreamGap
+	env    *echopubsub.Envelope
+	notice interface{} // a notice message, or a *echopubsub.StreamGap
 	raw    []byte
 }
 
@@ -319,8 +332,8 @@ type outFrame struct {
 // blocks (a full outbound queue closes the socket instead).
 func (s *socket) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *Envelope:
-		if rc, ok := RequestContextOf(m); ok && !rc.Reply {
+	case *echopubsub.Envelope:
+		if rc, ok := echopubsub.RequestContextOf(m); ok && !rc.Reply {
 			s.reqMu.Lock()
 			s.requests[m.DeliveryID] = m
 			s.reqMu.Unlock()
@@ -328,7 +341,7 @@ func (s *socket) receive(ctx actor.Context) {
 		s.send(outFrame{env: m})
 	case *messages.SessionPressure, *messages.CursorExpired, *messages.BackPressure:
 		s.send(outFrame{notice: m})
-	case *StreamGap:
+	case *echopubsub.StreamGap:
 		s.send(outFrame{notice: m})
 	case *ownerFrame:
 		s.send(outFrame{raw: m.raw})
@@ -439,16 +452,16 @@ func (s *socket) write(f outFrame) error {
 	return s.conn.Write(ctx, websocket.MessageText, b)
 }
 
-func (s *socket) encodeEnvelope(env *Envelope) []byte {
+func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 	f := envelopeFrame{Type: "envelope", SessionID: env.SessionID, DeliveryID: env.DeliveryID, Topic: env.Topic,
 		Class: "durable", Context: env.Context, PayloadType: env.PayloadType}
-	if env.Class == Ephemeral {
+	if env.Class == echopubsub.ClassEphemeral {
 		f.Class = "ephemeral"
 	}
 	if env.Replayed {
 		f.Replayed, f.Cursor = true, env.Cursor
 	}
-	if rc, ok := RequestContextOf(env); ok {
+	if rc, ok := echopubsub.RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
 	switch ev := env.Event.(type) {
@@ -475,7 +488,7 @@ func (s *socket) encodeEnvelope(env *Envelope) []byte {
 }
 
 func (s *socket) encodeNotice(n interface{}) []byte {
-	if g, ok := n.(*StreamGap); ok {
+	if g, ok := n.(*echopubsub.StreamGap); ok {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_gap", Notice: mustJSON(streamGapJSON{SessionID: g.SessionID,
 			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason})})
 	}
@@ -584,9 +597,9 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if !s.subs[f.Topic] && len(s.subs) >= s.gw.cfg.MaxSubscriptions {
 			return ferr(CodeTooManySubs, "a socket holds at most %d subscriptions", s.gw.cfg.MaxSubscriptions)
 		}
-		opts := []SessionSubscribeOption{WithContext(f.context)}
+		opts := []echopubsub.SessionSubscribeOption{echopubsub.WithEnvelopeContext(f.context)}
 		if f.Class == "ephemeral" {
-			opts = append(opts, WithClass(Ephemeral))
+			opts = append(opts, echopubsub.WithClass(echopubsub.ClassEphemeral))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -627,7 +640,7 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		id, err := ps.RequestSession(s.sid, f.To, msg)
+		id, err := ps.RequestFromSession(s.sid, f.To, msg)
 		if err != nil {
 			return libErr(err)
 		}
@@ -643,7 +656,7 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		rc, _ := RequestContextOf(req)
+		rc, _ := echopubsub.RequestContextOf(req)
 		if err := ps.Reply(rc.From, req, msg); err != nil {
 			return libErr(err)
 		}
@@ -672,7 +685,7 @@ func (s *socket) authorize(op, topic string) *frameError {
 	if s.gw.cfg.Authorize == nil {
 		return nil
 	}
-	if err := s.gw.cfg.Authorize(GatewayAccess{Identity: s.identity, SessionID: s.sid, Op: op, Topic: topic}); err != nil {
+	if err := s.gw.cfg.Authorize(Access{Identity: s.identity, SessionID: s.sid, Op: op, Topic: topic}); err != nil {
 		return ferr(CodeUnauthorized, "%s %q: %s", op, clip(topic), clip(err.Error()))
 	}
 	return nil
@@ -703,13 +716,13 @@ func (s *socket) decodePayload(f *clientFrame) (proto.Message, *frameError) {
 func libErr(err error) *frameError {
 	code := CodeInvalidArgument
 	switch {
-	case errors.Is(err, ErrUnknownDelivery):
+	case errors.Is(err, echopubsub.ErrUnknownDelivery):
 		code = CodeUnknownDelivery
-	case errors.Is(err, ErrUnknownSession):
+	case errors.Is(err, echopubsub.ErrUnknownSession):
 		code = CodeUnknownSession
-	case errors.Is(err, ErrTooManyItems):
+	case errors.Is(err, echopubsub.ErrTooManyItems):
 		code = CodeTooManyItems
-	case errors.Is(err, ErrStopped), errors.Is(err, ErrBusy):
+	case errors.Is(err, echopubsub.ErrStopped), errors.Is(err, echopubsub.ErrBusy):
 		code = CodeUnavailable
 	}
 	return ferr(code, "%s", clip(err.Error()))

@@ -1,4 +1,4 @@
-package echopubsub_test
+package gateway_test
 
 import (
 	"context"
@@ -13,8 +13,10 @@ import (
 	_ "google.golang.org/protobuf/types/known/durationpb"
 	_ "google.golang.org/protobuf/types/known/structpb"
 	_ "google.golang.org/protobuf/types/known/timestamppb"
+	_ "google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/gateway"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -104,7 +106,7 @@ func TestGatewayPublishWellKnownTypes(t *testing.T) {
 		}
 	}
 	c.refused(map[string]interface{}{"op": "publish", "topic": "room", "type": "google.protobuf.Timestamp", "payload": "yesterday"},
-		echopubsub.CodeInvalidArgument)
+		gateway.CodeInvalidArgument)
 }
 
 // With Publish on and no Authorize hook, a client that learned a victim's
@@ -120,7 +122,7 @@ func TestGatewayRefusesPublishToSessionInbox(t *testing.T) {
 		"type": "echopubsub.v1.SessionMessage", "payload": map[string]interface{}{"to_session": victim.sid,
 			"from_session": attacker.sid, "request_id": "1", "kind": "SESSION_MESSAGE_KIND_REPLY",
 			"message": map[string]interface{}{"@type": "type.googleapis.com/google.protobuf.StringValue", "value": "forged"}}},
-		echopubsub.CodeInvalidArgument)
+		gateway.CodeInvalidArgument)
 	if !strings.Contains(f.str("message"), "reserved") {
 		t.Fatalf("refusal %v does not say the topic is reserved", f)
 	}

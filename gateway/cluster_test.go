@@ -1,4 +1,4 @@
-package echopubsub_test
+package gateway_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/gateway"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -23,7 +24,7 @@ import (
 // sent before is intact and in order, then the notices, then the close. A
 // healthy socket on the same node gets everything; the node goes on.
 func TestGatewaySlowSocketIsClosedWithReason(t *testing.T) {
-	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.Disconnect, echopubsub.ExitOwner} {
+	for _, action := range []echopubsub.SlowConsumerAction{echopubsub.SlowConsumerDisconnect, echopubsub.SlowConsumerExitOwner} {
 		t.Run(action.String(), func(t *testing.T) { testSlowSocket(t, action) })
 	}
 }
@@ -183,13 +184,13 @@ func TestGatewayRequestReplyBetweenSockets(t *testing.T) {
 	}
 	// Replying to a delivery that is not a request is refused.
 	b.refused(map[string]interface{}{"op": "reply", "delivery_id": q.num("delivery_id") + 1, "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{}}, echopubsub.CodeUnknownDelivery)
+		"payload": map[string]string{}}, gateway.CodeUnknownDelivery)
 	b.ok(map[string]interface{}{"op": "reply", "delivery_id": q.num("delivery_id"), "type": "echopubsub.test.v1.Stamp",
 		"payload": map[string]string{"publisher": "answer", "seq": "60"}})
 	b.ok(map[string]interface{}{"op": "ack", "delivery_id": q.num("delivery_id")})
 	// A request is answered once.
 	b.refused(map[string]interface{}{"op": "reply", "delivery_id": q.num("delivery_id"), "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{}}, echopubsub.CodeUnknownDelivery)
+		"payload": map[string]string{}}, gateway.CodeUnknownDelivery)
 
 	ans := a.envelope()
 	rep := ans.obj("request")
@@ -208,33 +209,33 @@ func TestGatewayRequestReplyBetweenSockets(t *testing.T) {
 	}
 }
 
-// NewGateway's errors name the field and the value.
+// New's errors name the field and the value.
 func TestGatewayConfigValidation(t *testing.T) {
 	nodes := test.StartCluster(t, 1, sessionConfig(5, 20))
 	for _, c := range []struct {
-		mod  func(*echopubsub.GatewayConfig)
+		mod  func(*gateway.Config)
 		want string
 	}{
-		{func(c *echopubsub.GatewayConfig) { c.WriteTimeout = 0 }, "WriteTimeout must be > 0, got 0s"},
-		{func(c *echopubsub.GatewayConfig) { c.ReadLimit = 10 }, "ReadLimit must be >= 512 bytes, got 10"},
-		{func(c *echopubsub.GatewayConfig) { c.MaxFrameSize = 5 }, "MaxFrameSize must be >= 1024 bytes, got 5"},
-		{func(c *echopubsub.GatewayConfig) { c.OutboundQueue = 20 }, "OutboundQueue must be above the pubsub's HardQueue (20), got 20"},
-		{func(c *echopubsub.GatewayConfig) { c.MaxSubscriptions = -1 }, "MaxSubscriptions must be > 0, got -1"},
-		{func(c *echopubsub.GatewayConfig) { c.PingInterval = 0 }, "PingInterval must be > 0, got 0s"},
-		{func(c *echopubsub.GatewayConfig) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
-		{func(c *echopubsub.GatewayConfig) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
-		{func(c *echopubsub.GatewayConfig) { c.Resolver = nil }, "Resolver must not be nil"},
+		{func(c *gateway.Config) { c.WriteTimeout = 0 }, "WriteTimeout must be > 0, got 0s"},
+		{func(c *gateway.Config) { c.ReadLimit = 10 }, "ReadLimit must be >= 512 bytes, got 10"},
+		{func(c *gateway.Config) { c.MaxFrameSize = 5 }, "MaxFrameSize must be >= 1024 bytes, got 5"},
+		{func(c *gateway.Config) { c.OutboundQueue = 20 }, "OutboundQueue must be above the pubsub's HardQueue (20), got 20"},
+		{func(c *gateway.Config) { c.MaxSubscriptions = -1 }, "MaxSubscriptions must be > 0, got -1"},
+		{func(c *gateway.Config) { c.PingInterval = 0 }, "PingInterval must be > 0, got 0s"},
+		{func(c *gateway.Config) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
+		{func(c *gateway.Config) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
+		{func(c *gateway.Config) { c.Resolver = nil }, "Resolver must not be nil"},
 	} {
-		cfg := echopubsub.DefaultGatewayConfig()
+		cfg := gateway.DefaultConfig()
 		c.mod(&cfg)
-		if _, err := echopubsub.NewGateway(nodes[0].PS, echopubsub.AnyIdentity, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("NewGateway error %v, want %q", err, c.want)
+		if _, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New error %v, want %q", err, c.want)
 		}
 	}
-	if _, err := echopubsub.NewGateway(nodes[0].PS, nil, echopubsub.DefaultGatewayConfig()); err == nil || !strings.Contains(err.Error(), "authenticate") {
+	if _, err := gateway.New(nodes[0].PS, nil, gateway.DefaultConfig()); err == nil || !strings.Contains(err.Error(), "authenticate") {
 		t.Errorf("nil authenticate: %v", err)
 	}
-	if _, err := echopubsub.NewGateway(nodes[0].PS, echopubsub.AnyIdentity, echopubsub.DefaultGatewayConfig()); err != nil {
+	if _, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, gateway.DefaultConfig()); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
 }
@@ -252,7 +253,7 @@ func TestGatewayCloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	nd := &test.Node{System: system, PS: ps, Addr: system.Address()}
-	gw, err := echopubsub.NewGateway(ps, echopubsub.AnyIdentity, smallGatewayConfig())
+	gw, err := gateway.New(ps, gateway.AnyIdentity, smallGatewayConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestGatewayReplay(t *testing.T) {
 		}
 		return nil
 	}
-	nodes := test.StartCluster(t, 1, sessionConfig(5, 20), echopubsub.WithStorePath(t.TempDir()+"/store.db"),
+	nodes := test.StartCluster(t, 1, sessionConfig(5, 20), test.WithBoltStore(t, t.TempDir()+"/store.db"),
 		echopubsub.WithDurableTopics("room"), echopubsub.WithAuthorizer(authorizer))
 	nd := nodes[0]
 	ps = nd.PS
@@ -309,13 +310,13 @@ func TestGatewayReplay(t *testing.T) {
 		nd.Broadcast(t, "room", stamp(i))
 	}
 	bob := dialGateway(t, url+"?user=bob")
-	if f := bob.refused(map[string]interface{}{"op": "replay", "stream": "room"}, echopubsub.CodeUnauthorized); !strings.Contains(f.str("message"), `"bob" may not replay room`) {
+	if f := bob.refused(map[string]interface{}{"op": "replay", "stream": "room"}, gateway.CodeUnauthorized); !strings.Contains(f.str("message"), `"bob" may not replay room`) {
 		t.Fatalf("refusal %v", f)
 	}
 	c := dialGateway(t, url+"?user=ada")
-	c.refused(map[string]interface{}{"op": "replay", "stream": "not-durable"}, echopubsub.CodeReplayUnavailable)
-	c.refused(map[string]interface{}{"op": "replay", "stream": "room", "from": 99}, echopubsub.CodeCursorBeyondEnd)
-	c.refused(map[string]interface{}{"op": "replay", "stream": "room", "limit": 5000}, echopubsub.CodeInvalidArgument)
+	c.refused(map[string]interface{}{"op": "replay", "stream": "not-durable"}, gateway.CodeReplayUnavailable)
+	c.refused(map[string]interface{}{"op": "replay", "stream": "room", "from": 99}, gateway.CodeCursorBeyondEnd)
+	c.refused(map[string]interface{}{"op": "replay", "stream": "room", "limit": 5000}, gateway.CodeInvalidArgument)
 
 	// Page 1: 3 rows from the start.
 	res, envs := c.answer(map[string]interface{}{"op": "replay", "stream": "room", "limit": 3})

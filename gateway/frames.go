@@ -1,4 +1,4 @@
-package echopubsub
+package gateway
 
 import (
 	"bytes"

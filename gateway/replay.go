@@ -1,10 +1,12 @@
-package echopubsub
+package gateway
 
 import (
 	"context"
 	"errors"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub"
 )
 
 // replay runs the replay command: one ReplaySession page of stream for the
@@ -25,16 +27,16 @@ func (s *socket) replay(f *clientFrame) *frameError {
 	if f.From != nil {
 		from = *f.From
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.gw.ps.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.gw.ps.Config().CallTimeout)
 	defer cancel()
-	st, err := s.gw.ps.ReplaySession(ctx, s.sid, f.Stream, ReplayOptions{Limit: limit, From: from})
+	st, err := s.gw.ps.ReplaySession(ctx, s.sid, f.Stream, echopubsub.ReplayOptions{Limit: limit, From: from})
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrNoStore):
+		case errors.Is(err, echopubsub.ErrNoStore):
 			return ferr(CodeReplayUnavailable, "replay needs a store holding %q: %s", clip(f.Stream), clip(err.Error()))
-		case errors.Is(err, ErrUnauthorized):
+		case errors.Is(err, echopubsub.ErrUnauthorized):
 			return ferr(CodeUnauthorized, "%s", clip(err.Error()))
-		case errors.Is(err, ErrCursorBeyondEnd):
+		case errors.Is(err, echopubsub.ErrCursorBeyondEnd):
 			return ferr(CodeCursorBeyondEnd, "%s", clip(err.Error()))
 		}
 		return libErr(err)
@@ -43,7 +45,7 @@ func (s *socket) replay(f *clientFrame) *frameError {
 	// from this goroutine: the result frame follows the page's envelopes.
 	res := replayResult{ResumeCursor: st.ResumeCursor, NextCursor: st.NextCursor, Delivered: st.Delivered,
 		Dropped: st.Dropped, Stopped: st.Stopped, Gaps: st.Gaps, Missed: st.Missed}
-	s.gw.ps.rt.System.Root.Send(s.owner, &ownerFrame{raw: mustJSON(resultFrame{Type: "result", ID: f.ID, Op: f.Op, Result: res})})
+	s.gw.ps.ActorSystem().Root.Send(s.owner, &ownerFrame{raw: mustJSON(resultFrame{Type: "result", ID: f.ID, Op: f.Op, Result: res})})
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package echopubsub_test
+package gateway_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/gateway"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -22,12 +23,12 @@ import (
 
 // serveGateway serves a gateway of nd's pubsub; closed (sockets first) when
 // the test ends, before the node stops.
-func serveGateway(t *testing.T, nd *test.Node, auth func(*http.Request) (string, error), cfg echopubsub.GatewayConfig) (*echopubsub.Gateway, string) {
+func serveGateway(t *testing.T, nd *test.Node, auth func(*http.Request) (string, error), cfg gateway.Config) (*gateway.Gateway, string) {
 	t.Helper()
 	if auth == nil {
-		auth = echopubsub.AnyIdentity
+		auth = gateway.AnyIdentity
 	}
-	gw, err := echopubsub.NewGateway(nd.PS, auth, cfg)
+	gw, err := gateway.New(nd.PS, auth, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,8 +176,8 @@ func gatewayConfig(t *testing.T) echopubsub.Config {
 	return sessionConfig(20, 100)
 }
 
-func smallGatewayConfig() echopubsub.GatewayConfig {
-	c := echopubsub.DefaultGatewayConfig()
+func smallGatewayConfig() gateway.Config {
+	c := gateway.DefaultConfig()
 	c.OutboundQueue = 512
 	c.CloseTimeout = 5 * time.Second
 	return c
@@ -223,12 +224,12 @@ func TestGatewayCommands(t *testing.T) {
 	if r := c.ok(map[string]interface{}{"op": "ack", "delivery_id": 1}); r.num("pending") != 1 {
 		t.Fatalf("ack result %v", r)
 	}
-	c.refused(map[string]interface{}{"op": "ack", "delivery_id": 1}, echopubsub.CodeUnknownDelivery)
+	c.refused(map[string]interface{}{"op": "ack", "delivery_id": 1}, gateway.CodeUnknownDelivery)
 	r := c.ok(map[string]interface{}{"op": "ack_many", "delivery_ids": []uint64{2, 99}})
 	if r.num("acked") != 1 || r.num("pending") != 0 || fmt.Sprint(r["unknown"]) != "[99]" {
 		t.Fatalf("ack_many result %v", r)
 	}
-	c.refused(map[string]interface{}{"op": "ack_many", "delivery_ids": make([]uint64, 1001)}, echopubsub.CodeTooManyItems)
+	c.refused(map[string]interface{}{"op": "ack_many", "delivery_ids": make([]uint64, 1001)}, gateway.CodeTooManyItems)
 
 	// Unsubscribed: the next "room" broadcast is not delivered; the "eph"
 	// one after it (same producer, so in order after it) is.
@@ -240,10 +241,10 @@ func TestGatewayCommands(t *testing.T) {
 	}
 	c.ok(map[string]interface{}{"op": "unsubscribe", "topic": "never-subscribed"})
 
-	c.refused(map[string]interface{}{"op": "subscribe", "topic": echopubsub.SessionInboxPrefix + c.sid}, echopubsub.CodeInvalidArgument)
+	c.refused(map[string]interface{}{"op": "subscribe", "topic": echopubsub.SessionInboxPrefix + c.sid}, gateway.CodeInvalidArgument)
 	c.refused(map[string]interface{}{"op": "publish", "topic": "room", "type": "echopubsub.test.v1.Stamp", "payload": map[string]string{}},
-		echopubsub.CodePublishDisabled)
-	c.refused(map[string]interface{}{"op": "replay", "stream": "room", "limit": 10}, echopubsub.CodeReplayUnavailable)
+		gateway.CodePublishDisabled)
+	c.refused(map[string]interface{}{"op": "replay", "stream": "room", "limit": 10}, gateway.CodeReplayUnavailable)
 	if p := nd.PS.Pending(c.sid); p != 0 {
 		t.Fatalf("pending %d after the refusals", p)
 	}
@@ -256,7 +257,7 @@ func TestGatewayPublishAndAuthorize(t *testing.T) {
 	nd := nodes[0]
 	cfg := smallGatewayConfig()
 	cfg.Publish = true
-	cfg.Authorize = func(a echopubsub.GatewayAccess) error {
+	cfg.Authorize = func(a gateway.Access) error {
 		if strings.HasPrefix(a.Topic, "secret") {
 			return fmt.Errorf("%s may not %s %s", a.Identity, a.Op, a.Topic)
 		}
@@ -265,16 +266,16 @@ func TestGatewayPublishAndAuthorize(t *testing.T) {
 	_, url := serveGateway(t, nd, func(r *http.Request) (string, error) { return r.URL.Query().Get("user"), nil }, cfg)
 	c := dialGateway(t, url+"?user=ada")
 	c.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
-	f := c.refused(map[string]interface{}{"op": "subscribe", "topic": "secret"}, echopubsub.CodeUnauthorized)
+	f := c.refused(map[string]interface{}{"op": "subscribe", "topic": "secret"}, gateway.CodeUnauthorized)
 	if !strings.Contains(f.str("message"), "ada may not subscribe secret") {
 		t.Fatalf("refusal %v", f)
 	}
 	c.refused(map[string]interface{}{"op": "publish", "topic": "secret", "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{"seq": "1"}}, echopubsub.CodeUnauthorized)
+		"payload": map[string]string{"seq": "1"}}, gateway.CodeUnauthorized)
 	c.refused(map[string]interface{}{"op": "publish", "topic": "room", "type": "no.such.Type", "payload": map[string]string{}},
-		echopubsub.CodeUnknownType)
+		gateway.CodeUnknownType)
 	c.refused(map[string]interface{}{"op": "publish", "topic": "room", "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{"seq": "not a number"}}, echopubsub.CodeInvalidArgument)
+		"payload": map[string]string{"seq": "not a number"}}, gateway.CodeInvalidArgument)
 	c.ok(map[string]interface{}{"op": "publish", "topic": "room", "type": "echopubsub.test.v1.Stamp",
 		"payload": map[string]string{"publisher": "ada", "seq": "42"}})
 	if pub, seq := stampPayload(c.envelope()); pub != "ada" || seq != "42" {
@@ -291,7 +292,7 @@ func TestGatewayAuthentication(t *testing.T) {
 		case "good":
 			return "ada", nil
 		case "banned":
-			return "", fmt.Errorf("banned: %w", echopubsub.ErrForbidden)
+			return "", fmt.Errorf("banned: %w", gateway.ErrForbidden)
 		}
 		return "", errors.New("no token")
 	}, smallGatewayConfig())
@@ -333,11 +334,11 @@ func TestGatewayRefusesOtherSession(t *testing.T) {
 		{"op": "replay", "stream": "room", "session_id": b.sid},
 		{"op": "ack", "delivery_id": 1, "session_id": "bm9kZQ.AAAAAAAAAAAAAAAAAAAAAA"},
 	} {
-		a.refused(cmd, echopubsub.CodeForbiddenSession)
+		a.refused(cmd, gateway.CodeForbiddenSession)
 	}
 	// A from-session field does not exist: it is an unknown field.
 	a.refused(map[string]interface{}{"op": "request", "to": b.sid, "from": b.sid, "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{}}, echopubsub.CodeMalformedFrame)
+		"payload": map[string]string{}}, gateway.CodeMalformedFrame)
 	if pa, pb := nd.PS.Pending(a.sid), nd.PS.Pending(b.sid); pa != 1 || pb != 1 {
 		t.Fatalf("pending a=%d b=%d after refused frames, want 1 and 1", pa, pb)
 	}
@@ -363,27 +364,27 @@ func TestGatewayMalformedFrames(t *testing.T) {
 	_, url := serveGateway(t, nd, nil, smallGatewayConfig())
 	c := dialGateway(t, url)
 	for raw, code := range map[string]string{
-		``:                                echopubsub.CodeMalformedFrame,
-		`null`:                            echopubsub.CodeMalformedFrame,
-		`[1,2]`:                           echopubsub.CodeMalformedFrame,
-		`{"op":"ack"`:                     echopubsub.CodeMalformedFrame,
-		`{"op":"ack","delivery_id":1} {}`: echopubsub.CodeMalformedFrame,
-		`{"op":"ack","delivery_id":-1}`:   echopubsub.CodeMalformedFrame,
-		`{"op":"ack","delivery_id":1.5}`:  echopubsub.CodeMalformedFrame,
-		`{"op":"ack","delivery_id":"1"}`:  echopubsub.CodeMalformedFrame,
-		`{"op":"ack","bogus":1}`:          echopubsub.CodeMalformedFrame,
-		"{\"op\":\"ack\xff\"}":            echopubsub.CodeMalformedFrame,
-		`{}`:                              echopubsub.CodeMalformedFrame,
-		`{"op":"teleport"}`:               echopubsub.CodeUnknownOp,
-		`{"op":"ack"}`:                    echopubsub.CodeInvalidArgument,
-		`{"op":"ack","delivery_id":0}`:    echopubsub.CodeInvalidArgument,
-		`{"op":"ack","delivery_id":1,"topic":"x"}`:                                             echopubsub.CodeInvalidArgument,
-		`{"op":"subscribe","topic":"x","class":"forever"}`:                                     echopubsub.CodeInvalidArgument,
-		`{"op":"subscribe","topic":"x","context":{"a":1}}`:                                     echopubsub.CodeInvalidArgument,
-		`{"op":"replay","stream":"x","limit":0}`:                                               echopubsub.CodeInvalidArgument,
-		`{"op":"request","to":"x","type":"echopubsub.test.v1.Stamp","payload":[]}`:             echopubsub.CodeInvalidArgument,
-		`{"op":"reply","delivery_id":5,"type":"echopubsub.test.v1.Stamp","payload":{}}`:        echopubsub.CodeUnknownDelivery,
-		`{"op":"request","to":"not-a-session","type":"echopubsub.test.v1.Stamp","payload":{}}`: echopubsub.CodeUnknownSession,
+		``:                                gateway.CodeMalformedFrame,
+		`null`:                            gateway.CodeMalformedFrame,
+		`[1,2]`:                           gateway.CodeMalformedFrame,
+		`{"op":"ack"`:                     gateway.CodeMalformedFrame,
+		`{"op":"ack","delivery_id":1} {}`: gateway.CodeMalformedFrame,
+		`{"op":"ack","delivery_id":-1}`:   gateway.CodeMalformedFrame,
+		`{"op":"ack","delivery_id":1.5}`:  gateway.CodeMalformedFrame,
+		`{"op":"ack","delivery_id":"1"}`:  gateway.CodeMalformedFrame,
+		`{"op":"ack","bogus":1}`:          gateway.CodeMalformedFrame,
+		"{\"op\":\"ack\xff\"}":            gateway.CodeMalformedFrame,
+		`{}`:                              gateway.CodeMalformedFrame,
+		`{"op":"teleport"}`:               gateway.CodeUnknownOp,
+		`{"op":"ack"}`:                    gateway.CodeInvalidArgument,
+		`{"op":"ack","delivery_id":0}`:    gateway.CodeInvalidArgument,
+		`{"op":"ack","delivery_id":1,"topic":"x"}`:                                             gateway.CodeInvalidArgument,
+		`{"op":"subscribe","topic":"x","class":"forever"}`:                                     gateway.CodeInvalidArgument,
+		`{"op":"subscribe","topic":"x","context":{"a":1}}`:                                     gateway.CodeInvalidArgument,
+		`{"op":"replay","stream":"x","limit":0}`:                                               gateway.CodeInvalidArgument,
+		`{"op":"request","to":"x","type":"echopubsub.test.v1.Stamp","payload":[]}`:             gateway.CodeInvalidArgument,
+		`{"op":"reply","delivery_id":5,"type":"echopubsub.test.v1.Stamp","payload":{}}`:        gateway.CodeUnknownDelivery,
+		`{"op":"request","to":"not-a-session","type":"echopubsub.test.v1.Stamp","payload":{}}`: gateway.CodeUnknownSession,
 	} {
 		c.sendRaw(raw)
 		f := c.next()
@@ -392,7 +393,7 @@ func TestGatewayMalformedFrames(t *testing.T) {
 		}
 	}
 	c.sendRaw(`{"op":"subscribe","topic":"` + strings.Repeat("x", 2000) + `"}`)
-	if f := c.next(); f.str("code") != echopubsub.CodeInvalidArgument {
+	if f := c.next(); f.str("code") != gateway.CodeInvalidArgument {
 		t.Fatalf("long topic answered %v", f)
 	}
 	c.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})

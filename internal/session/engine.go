@@ -1,9 +1,9 @@
 // Package session is the engine of acknowledged sessions: the node-wide
 // reservation table, each session's pending counter, the soft and hard
 // queues and the slow-consumer action. It is the one place that decides
-// session pressure (see ARCHITECTURE.md). The public API (OpenSession, Ack,
-// ...) is in the root package, which feeds the engine from one forwarding
-// actor per session.
+// session pressure (docs/architecture.md, "Where each rule lives"). It
+// holds no actor: the public API (OpenSession, Ack, ...) is in the root
+// package, which feeds the engine from one forwarding actor per session.
 //
 // # Reservations
 //

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite of echopubsub.Store: every
-// implementation runs Run against real storage (the embedded bbolt store in
-// the root module, PostgreSQL in cluster/pgstore).
+// implementation runs Run against real storage (store/bolt, the embedded
+// bbolt store; store/postgres, PostgreSQL), and the durable benchmarks
+// (BenchDurableBroadcast, BenchReplayPage) on it.
 package storetest
 
 import (

@@ -1,4 +1,13 @@
-package echopubsub
+// Package bolt is the embedded echopubsub.Store, the default: one bbolt
+// file per node, fsynced per commit, concurrent appends group-committed.
+// A node-local store: each node appends what it receives and marks what
+// it missed with gap rows (see "Durable streams" in package echopubsub).
+//
+//	store, err := bolt.Open("/var/lib/app/node.db")
+//	ps, err := echopubsub.Start(system, cfg, echopubsub.WithStore(store),
+//		echopubsub.WithDurableTopics("room:*"))
+//	// after ps.Stop: store.Close()
+package bolt
 
 import (
 	"context"
@@ -7,10 +16,14 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
-// BoltStore is the embedded Store: one bbolt file per node (bbolt holds an
+// Store is the embedded echopubsub.Store: one bbolt file per node (bbolt holds an
 // exclusive lock on it: two processes cannot open the same file). Each
 // commit is fsynced before Append returns, so an appended row survives kill
 // -9 and power loss. Appends from concurrent callers are committed together
@@ -20,15 +33,15 @@ import (
 // Layout: bucket "streams" holds one bucket per stream, whose keys are the
 // 8-byte big-endian cursors (bbolt's bucket sequence, which a rolled-back
 // transaction does not advance) and whose values are encoded records.
-type BoltStore struct {
-	db      *bolt.DB
-	commits *GroupCommit[*boltAppend]
+type Store struct {
+	db      *bbolt.DB
+	commits *storekit.GroupCommit[*boltAppend]
 }
 
 type boltAppend struct {
-	recs []Record
-	gap  *Record           // MarkGap: appended to every stream
-	pos  *ProducerPosition // AppendAt, MarkGap: recorded
+	recs []echopubsub.Record
+	gap  *echopubsub.Record     // MarkGap: appended to every stream
+	pos  *core.ProducerPosition // AppendAt, MarkGap: recorded
 }
 
 // synced reports whether a's transaction must be fsynced before it is
@@ -44,17 +57,17 @@ var (
 // boltFormat is the record encoding's version (first byte of each value).
 const boltFormat = 1
 
-// NewBoltStore opens (or creates) the embedded store at path. It waits at
+// Open opens (or creates) the embedded store at path. It waits at
 // most 5 s for another process's lock on the file.
-func NewBoltStore(path string) (*BoltStore, error) {
+func Open(path string) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("echopubsub: bolt store path must not be empty")
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: open bolt store %q: %w", path, err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
+	if err := db.Update(func(tx *bbolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketStreams); err != nil {
 			return err
 		}
@@ -67,18 +80,18 @@ func NewBoltStore(path string) (*BoltStore, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("echopubsub: init bolt store %q: %w", path, err)
 	}
-	s := &BoltStore{db: db}
-	s.commits = NewGroupCommit(s.commit)
+	s := &Store{db: db}
+	s.commits = storekit.NewGroupCommit(s.commit)
 	return s, nil
 }
 
 // Shared is false: the file belongs to one node.
-func (s *BoltStore) Shared() bool { return false }
+func (s *Store) Shared() bool { return false }
 
-// Append implements Store. ctx bounds the wait for the commit; a commit
+// Append implements echopubsub.Store. ctx bounds the wait for the commit; a commit
 // that ctx abandoned may still land (the rows are then stored, and Append
 // returned ctx's error).
-func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
+func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -86,21 +99,21 @@ func (s *BoltStore) Append(ctx context.Context, recs []Record) error {
 }
 
 // AppendAt implements LocalStore.
-func (s *BoltStore) AppendAt(ctx context.Context, recs []Record, pos ProducerPosition) error {
+func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
 	return s.submit(ctx, recs, nil, &pos)
 }
 
 // MarkGap implements LocalStore.
-func (s *BoltStore) MarkGap(ctx context.Context, gap Record, pos ProducerPosition) error {
-	gap.Kind, gap.Stream = RecordGap, "-"
+func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
 	return s.submit(ctx, nil, &gap, &pos)
 }
 
 // Position implements LocalStore.
-func (s *BoltStore) Position(ctx context.Context, node string, group uint32) (ProducerPosition, bool, error) {
-	p := ProducerPosition{Node: node, Group: group}
+func (s *Store) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+	p := core.ProducerPosition{Node: node, Group: group}
 	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bucketProducers).Get(positionKey(node, group))
 		if v == nil {
 			return nil
@@ -112,8 +125,8 @@ func (s *BoltStore) Position(ctx context.Context, node string, group uint32) (Pr
 		found = true
 		return nil
 	})
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
-		return p, false, ErrStoreClosed
+	if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+		return p, false, echopubsub.ErrStoreClosed
 	}
 	return p, found, err
 }
@@ -122,17 +135,17 @@ func positionKey(node string, group uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte(node+"/"), group)
 }
 
-func (s *BoltStore) submit(ctx context.Context, recs []Record, gap *Record, pos *ProducerPosition) error {
+func (s *Store) submit(ctx context.Context, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
 	for i := range recs {
-		if err := ValidateRecord(&recs[i]); err != nil {
+		if err := storekit.ValidateRecord(&recs[i]); err != nil {
 			return err
 		}
 	}
 	// The committer works on its own copy: a caller that gave up (ctx)
 	// must not see its records written to later.
-	a := &boltAppend{recs: append([]Record(nil), recs...), gap: gap, pos: pos}
+	a := &boltAppend{recs: append([]echopubsub.Record(nil), recs...), gap: gap, pos: pos}
 	if err := s.commits.Submit(ctx, a); err != nil {
-		if errors.Is(err, ErrStoreClosed) {
+		if errors.Is(err, echopubsub.ErrStoreClosed) {
 			return err
 		}
 		return fmt.Errorf("echopubsub: bolt append: %w", err)
@@ -143,15 +156,15 @@ func (s *BoltStore) submit(ctx context.Context, recs []Record, gap *Record, pos 
 	return nil
 }
 
-// commit writes batch in one transaction (GroupCommit retries each append
+// commit writes batch in one transaction (storekit.GroupCommit retries each append
 // alone when it fails).
-func (s *BoltStore) commit(batch []*boltAppend) error {
+func (s *Store) commit(batch []*boltAppend) error {
 	sync := false
 	for _, a := range batch {
 		sync = sync || a.synced()
 	}
 	s.db.NoSync = !sync // only this goroutine writes: read by this Update's commit alone
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for _, a := range batch {
 			if err := appendTx(tx, a.recs); err != nil {
 				return err
@@ -179,7 +192,7 @@ func (s *BoltStore) commit(batch []*boltAppend) error {
 }
 
 // gapTx appends gap to every stream.
-func gapTx(tx *bolt.Tx, gap *Record) error {
+func gapTx(tx *bbolt.Tx, gap *echopubsub.Record) error {
 	root := tx.Bucket(bucketStreams)
 	var names [][]byte
 	if err := root.ForEachBucket(func(k []byte) error {
@@ -191,14 +204,14 @@ func gapTx(tx *bolt.Tx, gap *Record) error {
 	for _, n := range names {
 		g := *gap
 		g.Stream = string(n)
-		if err := appendTx(tx, []Record{g}); err != nil {
+		if err := appendTx(tx, []echopubsub.Record{g}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func appendTx(tx *bolt.Tx, recs []Record) error {
+func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 	root := tx.Bucket(bucketStreams)
 	for i := range recs {
 		r := &recs[i]
@@ -218,10 +231,10 @@ func appendTx(tx *bolt.Tx, recs []Record) error {
 	return nil
 }
 
-// Read implements Store.
-func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit int) ([]Record, uint64, error) {
+// Read implements echopubsub.Store.
+func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
 	if limit <= 0 {
-		return nil, 0, fmt.Errorf("%w: Read limit %d", ErrBadLimit, limit)
+		return nil, 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
 	}
 	if from == 0 {
 		from = 1
@@ -229,16 +242,16 @@ func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit 
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	var out []Record
+	var out []echopubsub.Record
 	next := from
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketStreams).Bucket([]byte(stream))
 		var end uint64 // last cursor handed out
 		if b != nil {
 			end = b.Sequence()
 		}
 		if from > end+1 {
-			return fmt.Errorf("%w: stream %q cursor %d, end %d", ErrCursorBeyondEnd, stream, from, end)
+			return fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, end)
 		}
 		if b == nil {
 			return nil
@@ -256,8 +269,8 @@ func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit 
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, bolt.ErrDatabaseNotOpen) {
-			return nil, 0, ErrStoreClosed
+		if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+			return nil, 0, echopubsub.ErrStoreClosed
 		}
 		return nil, 0, fmt.Errorf("echopubsub: bolt read: %w", err)
 	}
@@ -265,7 +278,7 @@ func (s *BoltStore) Read(ctx context.Context, stream string, from uint64, limit 
 }
 
 // Close waits for queued appends to commit, then closes the file.
-func (s *BoltStore) Close() error {
+func (s *Store) Close() error {
 	s.commits.Close()
 	return s.db.Close()
 }
@@ -278,7 +291,7 @@ func cursorKey(c uint64) []byte {
 
 // encodeRecord: format byte, kind byte, then uvarint-length-prefixed
 // origin, payload type, payload and reason, and uvarint missed.
-func encodeRecord(r *Record) []byte {
+func encodeRecord(r *echopubsub.Record) []byte {
 	n := 2 + 4*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason) + binary.MaxVarintLen64
 	b := make([]byte, 0, n)
 	b = append(b, boltFormat, byte(r.Kind))
@@ -289,12 +302,12 @@ func encodeRecord(r *Record) []byte {
 	return binary.AppendUvarint(b, r.Missed)
 }
 
-func decodeRecord(b []byte) (Record, error) {
-	var r Record
+func decodeRecord(b []byte) (echopubsub.Record, error) {
+	var r echopubsub.Record
 	if len(b) < 2 || b[0] != boltFormat {
 		return r, fmt.Errorf("record of unknown format")
 	}
-	r.Kind = RecordKind(b[1])
+	r.Kind = echopubsub.RecordKind(b[1])
 	b = b[2:]
 	var fields [4][]byte
 	for i := range fields {
@@ -314,4 +327,4 @@ func decodeRecord(b []byte) (Record, error) {
 	return r, nil
 }
 
-var _ LocalStore = (*BoltStore)(nil)
+var _ core.LocalStore[echopubsub.Record] = (*Store)(nil)

@@ -16,14 +16,7 @@ import (
 )
 
 // fastConfig is the default configuration with test-sized timings.
-func fastConfig() echopubsub.Config {
-	cfg := echopubsub.DefaultConfig("scores")
-	cfg.BatchInterval = 10 * time.Millisecond
-	cfg.CallTimeout = 500 * time.Millisecond
-	cfg.RetryInterval = 20 * time.Millisecond
-	cfg.BufferSize = 100
-	return cfg
-}
+func fastConfig() echopubsub.Config { return test.FastConfig() }
 
 func stamp(seq uint64) *testpb.Stamp { return &testpb.Stamp{Publisher: "t", Seq: seq} }
 

@@ -1,9 +1,9 @@
-// Package pgstore is the shared echopubsub.Store: PostgreSQL through pgx,
+// Package postgres is the shared echopubsub.Store: PostgreSQL through pgx,
 // for clusters whose nodes should replay the same streams (a session on any
 // node, any cursor meaning the same row everywhere). It is its own module,
 // so that users of the embedded store do not pull pgx.
 //
-//	store, err := pgstore.New(ctx, "postgres://user@db:5432/app")
+//	store, err := postgres.New(ctx, "postgres://user@db:5432/app")
 //	ps, err := echopubsub.Start(system, cfg, echopubsub.WithStore(store),
 //		echopubsub.WithDurableTopics("room:*"))
 //
@@ -19,7 +19,7 @@
 // gives its cursors back (the counter update rolls back with it), so the
 // cursors have no hole. Appends to one stream are serialised by that lock;
 // appends to different streams run in parallel.
-package pgstore
+package postgres
 
 import (
 	"context"
@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
 // Store is the PostgreSQL Store. It is safe for concurrent use.
@@ -42,7 +43,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	owned   bool
 	closed  atomic.Bool
-	commits *echopubsub.GroupCommit[*pending]
+	commits *storekit.GroupCommit[*pending]
 	streams string // quoted table names
 	records string
 }
@@ -64,11 +65,11 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,40}$`)
 func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: dsn: %w", err)
+		return nil, fmt.Errorf("echopubsub postgres: dsn: %w", err)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
+		return nil, fmt.Errorf("echopubsub postgres: connect: %w", err)
 	}
 	s, err := NewWithPool(ctx, pool, opts...)
 	if err != nil {
@@ -85,12 +86,12 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 	o := options{prefix: "echopubsub_"}
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("pgstore: option %d is nil", i)
+			return nil, fmt.Errorf("echopubsub postgres: option %d is nil", i)
 		}
 		opt(&o)
 	}
 	if !identRE.MatchString(o.prefix) {
-		return nil, fmt.Errorf("pgstore: WithTablePrefix %q: letters, digits and '_', not starting with a digit, at most 41", o.prefix)
+		return nil, fmt.Errorf("echopubsub postgres: WithTablePrefix %q: letters, digits and '_', not starting with a digit, at most 41", o.prefix)
 	}
 	s := &Store{pool: pool,
 		streams: pgx.Identifier{o.prefix + "streams"}.Sanitize(),
@@ -98,7 +99,7 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
-	s.commits = echopubsub.NewGroupCommit(s.commitBatch)
+	s.commits = storekit.NewGroupCommit(s.commitBatch)
 	return s, nil
 }
 
@@ -109,7 +110,7 @@ const schemaLock = 0x6563686f7073 // "echops"
 func (s *Store) migrate(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLock)); err != nil {
-			return fmt.Errorf("pgstore: schema lock: %w", err)
+			return fmt.Errorf("echopubsub postgres: schema lock: %w", err)
 		}
 		for _, q := range []string{
 			`CREATE TABLE IF NOT EXISTS ` + s.streams + ` (
@@ -127,7 +128,7 @@ func (s *Store) migrate(ctx context.Context) error {
 				PRIMARY KEY (stream, cursor))`,
 		} {
 			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("pgstore: create schema: %w", err)
+				return fmt.Errorf("echopubsub postgres: create schema: %w", err)
 			}
 		}
 		return nil
@@ -147,7 +148,7 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 		return nil
 	}
 	for i := range recs {
-		if err := echopubsub.ValidateRecord(&recs[i]); err != nil {
+		if err := storekit.ValidateRecord(&recs[i]); err != nil {
 			return err
 		}
 	}
@@ -156,7 +157,7 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 		if errors.Is(err, echopubsub.ErrStoreClosed) {
 			return err
 		}
-		return fmt.Errorf("pgstore: append: %w", err)
+		return fmt.Errorf("echopubsub postgres: append: %w", err)
 	}
 	for i := range recs {
 		recs[i].Cursor = a.recs[i].Cursor
@@ -227,9 +228,9 @@ func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
 	})
 	if err != nil {
 		if isClosed(err) {
-			return fmt.Errorf("pgstore: append: %w: %w", echopubsub.ErrStoreClosed, err)
+			return fmt.Errorf("echopubsub postgres: append: %w: %w", echopubsub.ErrStoreClosed, err)
 		}
-		return fmt.Errorf("pgstore: append: %w", err)
+		return fmt.Errorf("echopubsub postgres: append: %w", err)
 	}
 	for r, c := range cursors {
 		r.Cursor = c
@@ -287,9 +288,9 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 
 func (s *Store) readErr(err error) error {
 	if isClosed(err) {
-		return fmt.Errorf("pgstore: read: %w: %w", echopubsub.ErrStoreClosed, err)
+		return fmt.Errorf("echopubsub postgres: read: %w: %w", echopubsub.ErrStoreClosed, err)
 	}
-	return fmt.Errorf("pgstore: read: %w", err)
+	return fmt.Errorf("echopubsub postgres: read: %w", err)
 }
 
 // isClosed: pgxpool's (puddle's) error for a closed pool.

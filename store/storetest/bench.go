@@ -1,4 +1,4 @@
-package pgstore_test
+package storetest
 
 import (
 	"context"
@@ -13,21 +13,19 @@ import (
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
-// The PostgreSQL figures next to the embedded store's (root module,
-// store_bench_test.go): same shapes.
+// The durable benchmarks, written once: every Store backend runs them on
+// its storage (store/bolt and store/postgres: BenchmarkDurableBroadcast,
+// BenchmarkReplayPage), so that their figures have the same shapes; the
+// comparison with NATS JetStream is in test/e2e/jetstream.
 
-func benchNode(b *testing.B, cfg echopubsub.Config) *test.Node {
-	s := open(b, newPrefix())
-	b.Cleanup(func() { _ = s.Close() })
-	return test.StartCluster(b, 1, cfg, echopubsub.WithStore(s), echopubsub.WithDurableTopics("room:*"))[0]
-}
-
-// BenchmarkDurableBroadcastPostgres: Broadcast of a durable topic (one
-// committed INSERT per broadcast), from 1 and from 16 publishers.
-func BenchmarkDurableBroadcastPostgres(b *testing.B) {
+// BenchDurableBroadcast measures Broadcast of a durable topic (the append,
+// group-committed with the other publishers', then the queueing), from 1
+// and from 16 concurrent publishers, on one node whose store open returns
+// (closed by the benchmark).
+func BenchDurableBroadcast(b *testing.B, open func(b *testing.B) echopubsub.Store) {
 	for _, pubs := range []int{1, 16} {
 		b.Run(fmt.Sprint("publishers=", pubs), func(b *testing.B) {
-			nd := benchNode(b, fastConfig())
+			nd := benchNode(b, test.FastConfig(), open)
 			msg := &testpb.Stamp{Publisher: "bench", Seq: 1}
 			var wg sync.WaitGroup
 			b.ResetTimer()
@@ -53,15 +51,16 @@ func BenchmarkDurableBroadcastPostgres(b *testing.B) {
 	}
 }
 
-// BenchmarkReplayPagePostgres: ReplaySession pages of 50 rows from a
-// 2,000-row stream into a session whose owner acknowledges each envelope.
-func BenchmarkReplayPagePostgres(b *testing.B) {
-	cfg := fastConfig()
+// BenchReplayPage measures ReplaySession pages of 50 rows from a
+// 2,000-row stream (cycling through it), into a session whose owner
+// acknowledges each envelope.
+func BenchReplayPage(b *testing.B, open func(b *testing.B) echopubsub.Store) {
+	cfg := test.FastConfig()
 	cfg.SoftQueue, cfg.HardQueue = 10_000, 20_000
-	nd := benchNode(b, cfg)
+	nd := benchNode(b, cfg, open)
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	for p := 0; p < 20; p++ {
+	for p := 0; p < 20; p++ { // 20 publishers: group commit makes the set-up short
 		wg.Add(1)
 		go func(p int) {
 			defer wg.Done()
@@ -95,7 +94,16 @@ func BenchmarkReplayPagePostgres(b *testing.B) {
 		if st.NextCursor > 1950 {
 			from = 1
 		}
+		if i%64 == 0 { // the owner must not fall behind by more than the hard queue: let it drain
+			test.Eventually(b, 30e9, func() bool { return nd.PS.Pending(s.ID()) < 1000 }, test.Sprintf("pending"))
+		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func benchNode(b *testing.B, cfg echopubsub.Config, open func(b *testing.B) echopubsub.Store) *test.Node {
+	s := open(b)
+	b.Cleanup(func() { _ = s.Close() })
+	return test.StartCluster(b, 1, cfg, echopubsub.WithStore(s), echopubsub.WithDurableTopics("room:*"))[0]
 }

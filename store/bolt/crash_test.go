@@ -1,4 +1,4 @@
-package echopubsub_test
+package bolt_test
 
 import (
 	"bufio"
@@ -19,6 +19,8 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store/bolt"
+	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
@@ -39,7 +41,12 @@ func runStoreChild(path string) int {
 	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
 	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, log))
 	r.Start()
-	ps, err := echopubsub.Start(system, fastConfig(), echopubsub.WithLogger(log), echopubsub.WithStorePath(path),
+	store, err := bolt.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	ps, err := echopubsub.Start(system, test.FastConfig(), echopubsub.WithLogger(log), echopubsub.WithStore(store),
 		echopubsub.WithDurableTopics("room:1"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -110,7 +117,7 @@ func TestBoltStoreSurvivesKill9(t *testing.T) {
 		t.Fatalf("child ended after %d acknowledgements, before the kill", n)
 	}
 
-	s, err := echopubsub.NewBoltStore(path)
+	s, err := bolt.Open(path)
 	if err != nil {
 		t.Fatalf("reopen after kill -9: %v", err)
 	}

@@ -1,12 +1,10 @@
-module github.com/echopubsub/echopubsub/cluster/pgstore
+module github.com/echopubsub/echopubsub/store/postgres
 
 go 1.25.0
 
-replace github.com/echopubsub/echopubsub => ../..
-
 require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
-	github.com/echopubsub/echopubsub v0.0.0-00010101000000-000000000000
+	github.com/echopubsub/echopubsub v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 )
 
@@ -16,7 +14,6 @@ require (
 	github.com/asynkron/gofun v0.0.0-20220329210725-34fed760f4c2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/coder/websocket v1.8.15 // indirect
 	github.com/emirpasic/gods v1.18.1 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/go-logr/logr v1.3.0 // indirect
