@@ -418,18 +418,18 @@ func (ps *PubSub) Err() error { return ps.rt.Err() }
 
 // publish encodes msg once and hands it to the sender's producer (or, when
 // local, to this node's subscribers only). exclude skips the subscriber
-// from; onlyNode, when set, is the one node whose subscribers get it. ctx
-// bounds the wait for room in a full producer (nil: CallTimeout).
-func (ps *PubSub) publish(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+// from; onlyNode, when set, is the one node whose subscribers get it. wait
+// says how long to wait for room in a full producer.
+func (ps *PubSub) publish(wait core.Wait, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
 	if err := reservedTopic(topic); err != nil {
 		return err
 	}
-	return ps.write(ctx, from, topic, msg, exclude, local, onlyNode)
+	return ps.write(wait, from, topic, msg, exclude, local, onlyNode)
 }
 
 // write is publish without the reserved-topic check: the request/reply path
 // (sendToSession) writes to session inboxes through it, nothing else.
-func (ps *PubSub) write(ctx context.Context, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}
@@ -454,7 +454,7 @@ func (ps *PubSub) write(ctx context.Context, from *actor.PID, topic string, msg 
 		ps.d.DeliverLocal(w)
 		return nil
 	}
-	return ps.rt.Enqueue(ctx, from, w)
+	return ps.rt.Enqueue(wait, from, w)
 }
 
 // Broadcast sends msg to every subscriber of topic on every node, at least
@@ -464,7 +464,7 @@ func (ps *PubSub) write(ctx context.Context, from *actor.PID, topic string, msg 
 // be nil) picks the producer: one sender always hits the same one. This
 // node's subscribers receive msg itself: do not modify it afterwards.
 func (ps *PubSub) Broadcast(from *actor.PID, topic string, msg proto.Message) error {
-	return ps.publish(nil, from, topic, msg, false, false, "")
+	return ps.publish(core.Wait{}, from, topic, msg, false, false, "")
 }
 
 // BroadcastContext is Broadcast with ctx bounding the wait for room in a
@@ -475,24 +475,24 @@ func (ps *PubSub) BroadcastContext(ctx context.Context, from *actor.PID, topic s
 	if ctx == nil {
 		return fmt.Errorf("echopubsub: BroadcastContext needs a context, got nil")
 	}
-	return ps.publish(ctx, from, topic, msg, false, false, "")
+	return ps.publish(core.Wait{Ctx: ctx}, from, topic, msg, false, false, "")
 }
 
 // BroadcastFrom is Broadcast to every subscriber but from.
 func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
-	return ps.publish(nil, from, topic, msg, true, false, "")
+	return ps.publish(core.Wait{}, from, topic, msg, true, false, "")
 }
 
 // LocalBroadcast sends msg to this node's subscribers of topic only. It is
 // not buffered and has no cursor.
 func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
-	return ps.publish(nil, nil, topic, msg, false, true, "")
+	return ps.publish(core.Wait{}, nil, topic, msg, false, true, "")
 }
 
 // LocalBroadcastFrom is LocalBroadcast to every subscriber but from (Phoenix's
 // local_broadcast_from).
 func (ps *PubSub) LocalBroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
-	return ps.publish(nil, from, topic, msg, true, true, "")
+	return ps.publish(core.Wait{}, from, topic, msg, true, true, "")
 }
 
 // DirectBroadcast sends msg to the subscribers of topic on node only, with
@@ -523,7 +523,7 @@ func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message,
 		}
 		return fmt.Errorf("%w: DirectBroadcast to %q", ErrNotMember, node)
 	}
-	return ps.publish(nil, from, topic, msg, exclude, false, node)
+	return ps.publish(core.Wait{}, from, topic, msg, exclude, false, node)
 }
 
 // Stats asks every producer of this node for its view: write cursor and,

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -106,5 +107,5 @@ func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg prot
 	if !ps.rt.IsMember(node) {
 		return fmt.Errorf("%w: session %q is on %q", ErrNotMember, to, node)
 	}
-	return ps.write(nil, nil, SessionInboxPrefix+to, sm, false, false, node)
+	return ps.write(core.Wait{}, nil, SessionInboxPrefix+to, sm, false, false, node)
 }

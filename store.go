@@ -206,9 +206,6 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 	if w.OnlyNode != "" || !d.durable(w.Topic) {
 		return nil
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.timeout)

@@ -132,5 +132,5 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 		r.d.DeliverLocal(w)
 		return nil
 	}
-	return r.rt.Enqueue(nil, from, w)
+	return r.rt.Enqueue(core.Wait{}, from, w)
 }

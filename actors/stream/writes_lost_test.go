@@ -28,14 +28,14 @@ func TestNewProducerTakesWritesQueuedWhileItWasAway(t *testing.T) {
 	d := delivery.NewDispatcher(system, rt.Node, zerolog.Nop())
 
 	// No producer yet: the WritesReady this sends is a dead letter.
-	if err := rt.Enqueue(nil, nil, &core.Write{Topic: "t", PayloadType: "x", Payload: []byte{1}}); err != nil {
+	if err := rt.Enqueue(core.Wait{}, nil, &core.Write{Topic: "t", PayloadType: "x", Payload: []byte{1}}); err != nil {
 		t.Fatal(err)
 	}
 	root := system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
 	if _, err := system.Root.SpawnNamed(actor.PropsFromProducer(NewProducer(rt, 0, root, d)), core.RootName(cfg.Name)+"/g0/producer"); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Enqueue(nil, nil, &core.Write{Topic: "t", PayloadType: "x", Payload: []byte{2}}); err != nil {
+	if err := rt.Enqueue(core.Wait{}, nil, &core.Write{Topic: "t", PayloadType: "x", Payload: []byte{2}}); err != nil {
 		t.Fatal(err)
 	}
 	// Polls the queue (internal state): the only sign a producer took it.

@@ -155,10 +155,6 @@ var (
 	ErrTooLarge = errors.New("echopubsub: message too large")
 )
 
-// Enqueue hands one write to the sender's producer, waiting for room when
-// that producer has MaxPendingWrites queued: until ctx ends, or up to
-// CallTimeout when ctx is nil. w.Msg, when not nil, is handed as is to this
-// node's subscribers.
 // SessionInboxPrefix starts the topic on which a session receives requests
 // and replies (echopubsub.SessionInboxPrefix). Only the library's own
 // request/reply path writes to it; every user path, local or from the
@@ -168,7 +164,18 @@ const SessionInboxPrefix = "echopubsub.session/"
 // ReservedTopic reports whether topic is a session inbox.
 func ReservedTopic(topic string) bool { return strings.HasPrefix(topic, SessionInboxPrefix) }
 
-func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error {
+// Wait says how long Enqueue waits for room in a full producer: until Ctx
+// ends or, when Ctx is nil (the zero Wait), up to CallTimeout.
+type Wait struct{ Ctx context.Context }
+
+// Enqueue hands one write to the sender's producer, waiting for room when
+// that producer has MaxPendingWrites queued, as wait says. w.Msg, when not
+// nil, is handed as is to this node's subscribers.
+func (rt *Runtime) Enqueue(wait Wait, from *actor.PID, w *Write) error {
+	ctx := wait.Ctx
+	if ctx == nil { // bounded by CallTimeout below; the store bounds its append itself
+		ctx = context.Background()
+	}
 	g := rt.Group(from)
 	q := rt.Queues[g]
 	durable := rt.Durable != nil && w.OnlyNode == "" && rt.Durable.IsDurable(w.Topic)
@@ -211,7 +218,7 @@ func (rt *Runtime) Enqueue(ctx context.Context, from *actor.PID, w *Write) error
 			return nil
 		}
 		var cancelled <-chan struct{}
-		if ctx != nil {
+		if wait.Ctx != nil {
 			cancelled = ctx.Done()
 		} else if timeout == nil {
 			t := time.NewTimer(rt.Cfg.CallTimeout)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -125,7 +126,7 @@ func (s *Store) Position(ctx context.Context, node string, group uint32) (core.P
 		found = true
 		return nil
 	})
-	if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return p, false, echopubsub.ErrStoreClosed
 	}
 	return p, found, err
@@ -269,7 +270,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 			return nil, 0, echopubsub.ErrStoreClosed
 		}
 		return nil, 0, fmt.Errorf("echopubsub: bolt read: %w", err)

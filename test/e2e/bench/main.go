@@ -109,17 +109,16 @@ type options struct {
 
 // savedOptions is what a report needs of the options, saved with a run.
 type savedOptions struct {
-	Systems    []string        `json:"systems"`
-	Nodes      []int           `json:"nodes"`
-	Intervals  []time.Duration `json:"intervals"`
-	Payloads   []int           `json:"payloads"`
-	Reps       int             `json:"reps"`
-	Pubs       int             `json:"pubs"`
-	Rate       int             `json:"rate"`
-	LatSecs    float64         `json:"latency_secs"`
-	Warmup     int             `json:"warmup"`
-	NPeer      map[string]int  `json:"n_peer"`
-	doc, chart string
+	Systems   []string        `json:"systems"`
+	Nodes     []int           `json:"nodes"`
+	Intervals []time.Duration `json:"intervals"`
+	Payloads  []int           `json:"payloads"`
+	Reps      int             `json:"reps"`
+	Pubs      int             `json:"pubs"`
+	Rate      int             `json:"rate"`
+	LatSecs   float64         `json:"latency_secs"`
+	Warmup    int             `json:"warmup"`
+	NPeer     map[string]int  `json:"n_peer"`
 }
 
 func savedOptionsOf(o *options) *savedOptions {

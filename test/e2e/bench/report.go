@@ -137,13 +137,6 @@ func commas(v float64) string {
 	return b.String()
 }
 
-func (r result) rowName() string {
-	if r.System == sysOurs {
-		return fmt.Sprintf("%s BatchInterval %v", r.System, r.Interval)
-	}
-	return r.System
-}
-
 // cell is a throughput figure, or why there is none.
 func (r result) cell() string {
 	if r.Err != "" {
