@@ -16,16 +16,26 @@ PG = store/postgres
 # runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE).
 RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/... ./internal/session/...
 
-.PHONY: test vet tidy deps soak-long soak-plant bench
+# Each phase says what it does, how long its last run took, and beats every
+# minute while it runs (a fresh machine builds Consul for minutes).
+PHASE = $(CURDIR)/.ci/phase
+
+.PHONY: test lint vet tidy deps soak-long soak-plant bench
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module (root, test/e2e, store/postgres).
 test: deps
-	ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
-	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
-	ECHOPUBSUB_CHAOS_RACE=1 $(GO) test -count=1 -p 1 -timeout 30m ./... && \
-	cd $(E2E) && $(GO) test -count=1 -p 1 -timeout 15m ./... && \
-	cd $(CURDIR)/$(PG) && $(GO) test -count=1 -p 1 -timeout 10m ./...
+	@ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
+	$(PHASE) "test: race-checked packages (one node per process)" $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
+	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: library module (root, gateway, stores, chaos soak), one package at a time" \
+		$(GO) test -count=1 -p 1 -timeout 30m ./... && \
+	cd $(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
+
+# lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
+lint: deps
+	@sc="$$(.ci/deps --staticcheck)" && \
+	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "$$sc ./... && cd $(E2E) && $$sc ./... && cd $(CURDIR)/$(PG) && $$sc ./..."
 
 deps:
 	@.ci/deps >/dev/null
