@@ -22,9 +22,13 @@ type Config struct {
 	// BufferSize is the number of recent messages each producer keeps for
 	// replay. At most MaxBufferSize. Defaults to 10_000.
 	BufferSize int
-	// BatchInterval is how long a producer collects writes before a flush.
-	// 0 flushes as soon as a node has no batch in flight, coalescing what
-	// arrives meanwhile. Defaults to 200ms.
+	// BatchInterval bounds how long a producer holds a part batch: a full
+	// one (MaxBatchMessages or MaxBatchBytes worth, buffered for a node)
+	// goes as soon as the node's window (MaxBatchesInFlight) has room,
+	// whatever the interval. A part batch goes at the next flush, every
+	// BatchInterval, or, while a batch is in flight to that node, when the
+	// last one is acknowledged. 0 flushes as soon as a node has no batch in
+	// flight, coalescing what arrives meanwhile. Defaults to 200ms.
 	BatchInterval time.Duration
 	// CallTimeout bounds one acknowledged call to a remote worker, and how
 	// long Broadcast waits for room in a full producer mailbox.

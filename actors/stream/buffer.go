@@ -22,6 +22,13 @@ type store struct {
 	// extras holds the rare per-message options (exclude, only node), by
 	// cursor; dropped with the message.
 	extras map[uint64]extra
+	// size is the batch bytes (entrySize) of every message written.
+	size uint64
+}
+
+// entrySize is what one message counts towards MaxBatchBytes.
+func entrySize(topic string, payload []byte, exclude, onlyNode string) int {
+	return len(payload) + len(topic) + len(exclude) + len(onlyNode) + 8
 }
 
 // record is 20 bytes: the ring holds it by value.
@@ -73,6 +80,7 @@ func (s *store) write(e *core.Write, at int64) (uint64, error) {
 		s.release(c, rec) // not stored: give back what it took (its bytes stay in the segment)
 		return 0, err
 	}
+	s.size += uint64(entrySize(e.Topic, e.Payload, e.Exclude, e.OnlyNode))
 	return c, nil
 }
 

@@ -92,7 +92,6 @@ type peer struct {
 	sent     uint64
 	flight   int
 	epoch    uint64
-	held     bool // the window was full when there was more to send
 	inFlight bool // a register, join, expire or retire call: alone on the link
 	retrying bool
 	absent   bool
@@ -115,6 +114,14 @@ type peer struct {
 	lastErr  string
 
 	retryCancel, forgetCancel scheduler.CancelFunc
+
+	// due: a flush (BatchInterval) came while a part batch waited for an
+	// ack; it goes once nothing is in flight.
+	due bool
+	// mark and markSize: the batch bytes (entrySize) written before cursor
+	// mark; kept at sent while batches advance it, counted again when sent
+	// moves otherwise (see full).
+	mark, markSize uint64
 }
 
 // epoch is the origin of the producers' monotonic write times.
@@ -280,11 +287,21 @@ func (p *producer) stopTimers() {
 	}
 }
 
-// takeWrites handles every write queued since the last take, in order.
+// takeWrites handles every write queued since the last take, in order,
+// and sends at once each node's full batches (see full): BatchInterval
+// holds back only a part batch.
 func (p *producer) takeWrites(ctx actor.Context) {
 	p.taken = p.queue.Take(p.taken)
 	for _, w := range p.taken {
 		p.write(ctx, w)
+	}
+	if len(p.taken) == 0 {
+		return
+	}
+	for _, pe := range p.peers {
+		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && pe.flight < p.window(pe) && p.full(pe) {
+			p.service(ctx, pe)
+		}
 	}
 }
 
@@ -310,6 +327,7 @@ func (p *producer) flushAll(ctx actor.Context) {
 		p.metered, p.delivered = w, 0
 	}
 	for _, pe := range p.peers {
+		pe.due = true // a part batch waiting for an ack has waited enough
 		p.service(ctx, pe)
 	}
 }
@@ -352,6 +370,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
 	switch d.Kind {
 	case ringbuf.CaughtUp:
+		pe.due = false
 		if p.drainTo != nil && !pe.retired && pe.flight == 0 {
 			p.sendRetire(ctx, pe)
 		}
@@ -359,16 +378,17 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		if pe.sent < d.From { // everything below next is acked: never resend it
 			pe.sent = d.From
 		}
-		pe.held = false
 		for pe.sent < d.To && !pe.retrying { // a failed send stops the round
-			if pe.flight >= p.window(pe) {
-				pe.held = true
-				break
-			}
-			if pe.flight > 0 && d.To-pe.sent < uint64(p.cfg.MaxBatchMessages) {
+			if pe.flight > 0 && !p.full(pe) {
 				break // a part batch waits for the ack: under light load, fewer and fuller batches
 			}
+			if pe.flight >= p.window(pe) {
+				break // a full batch waits for a slot: the ack that frees one sends it
+			}
 			p.sendBatch(ctx, pe, ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: d.To})
+		}
+		if pe.sent >= d.To {
+			pe.due = false
 		}
 	case ringbuf.Expired:
 		if pe.flight == 0 { // what is in flight may still be acked: decide after it
@@ -390,13 +410,13 @@ func (p *producer) rewind(pe *peer) {
 // the producer sends again from the worker's cursor, so the stream a worker
 // delivers has no hole, whatever the network dropped.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
-	req := p.batch(d)
+	req, size := p.batch(d)
 	if p.speaks(pe) == messages.PreviousProtocolVersion {
 		req = p.batchV1(req)
 	}
 	target := d.From + uint64(req.Len())
 	epoch := pe.epoch
-	pe.sent = target
+	pe.sentTo(target, size)
 	pe.flight++
 	pe.next = plant.Advance(pe.next, target)
 	sent := time.Now()
@@ -411,7 +431,9 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
 			p.acked(pe, ack.NextCursor)
 			p.answered(pe)
-			if pe.held || p.drainTo != nil || (pe.flight == 0 && pe.next < p.ring.WriteCursor() && p.cfg.BatchInterval == 0) {
+			// A slot is free: a full batch goes now, a part batch once
+			// nothing is in flight and a flush came for it.
+			if p.drainTo != nil || p.full(pe) || (pe.due && pe.flight == 0) {
 				p.service(ctx, pe)
 			} else if pe.sent < p.ring.WriteCursor() {
 				p.armFlush(ctx)
@@ -462,10 +484,48 @@ func (p *producer) acked(pe *peer, workerNext uint64) {
 	}
 }
 
+// full reports whether a full batch is buffered for pe past what was sent:
+// MaxBatchMessages entries, or MaxBatchBytes worth. Such a batch goes as
+// soon as the window has room; BatchInterval bounds only how long a part
+// batch waits.
+func (p *producer) full(pe *peer) bool {
+	w := p.ring.WriteCursor()
+	if pe.sent >= w {
+		return false
+	}
+	if w-pe.sent >= uint64(p.cfg.MaxBatchMessages) {
+		return true
+	}
+	if pe.mark != pe.sent {
+		// sent moved other than by a batch (a join, a rewind, an ack past
+		// it): count its bytes again, fewer than MaxBatchMessages entries.
+		size := uint64(0)
+		for c := pe.sent; c < w; c++ {
+			topic, _, payload, ex, err := p.buf.at(c)
+			if err != nil { // overwritten: Decide sends Expire, not a batch
+				return false
+			}
+			size += uint64(entrySize(topic, payload, ex.exclude, ex.onlyNode))
+		}
+		pe.mark, pe.markSize = pe.sent, p.buf.size-size
+	}
+	return p.buf.size-pe.markSize >= uint64(p.cfg.MaxBatchBytes)
+}
+
+// sentTo moves pe's sent to target past a batch of size bytes (entrySize
+// summed), keeping the byte mark at sent.
+func (pe *peer) sentTo(target uint64, size int) {
+	if pe.mark == pe.sent {
+		pe.mark, pe.markSize = target, pe.markSize+uint64(size)
+	}
+	pe.sent = target
+}
+
 // batch builds the batch for decision d: from d.From, as many entries as
-// MaxBatchMessages and MaxBatchBytes allow (at least one). Peers that need
-// the same range share one batch, which is never modified once sent.
-func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
+// MaxBatchMessages and MaxBatchBytes allow (at least one), and returns it
+// with its size (entrySize summed). Peers that need the same range share
+// one batch, which is never modified once sent.
+func (p *producer) batch(d ringbuf.Decision) (*messages.Batch, int) {
 	n, size := 0, 0
 	for c := d.From; c < d.To && n < p.cfg.MaxBatchMessages; c++ {
 		topic, _, payload, ex, err := p.buf.at(c)
@@ -473,7 +533,7 @@ func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
 			p.log.Error().Err(err).Msg("decided messages not buffered")
 			break
 		}
-		sz := len(payload) + len(topic) + len(ex.exclude) + len(ex.onlyNode) + 8
+		sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
 		if n > 0 && size+sz > p.cfg.MaxBatchBytes {
 			break
 		}
@@ -481,7 +541,7 @@ func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
 		size += sz
 	}
 	if b := p.lastBatch; b != nil && b.FirstCursor == d.From && b.Len() == n && b.ProducerIncarnation == p.inc {
-		return b
+		return b, size
 	}
 	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
@@ -492,7 +552,7 @@ func (p *producer) batch(d ringbuf.Decision) *messages.Batch {
 		b.Add(topic, typ, payload, ex.exclude, ex.onlyNode)
 	}
 	p.lastBatch = b
-	return b
+	return b, size
 }
 
 // speaks is the protocol version of the requests to pe: the current one

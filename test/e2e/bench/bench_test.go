@@ -61,8 +61,12 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	rep := &report{opts: o, results: results, meta: newMeta(o, start, loadAvg())}
-	if md := rep.markdown(); !strings.Contains(md, "| **EchoPubSub, 100ms** |") {
+	md := rep.markdown()
+	if !strings.Contains(md, "| **EchoPubSub, 100ms** |") {
 		t.Errorf("report has no EchoPubSub row:\n%s", md)
+	}
+	if !strings.Contains(md, "| 3 nodes, 10 B: BatchInterval 100 ms at least as fast as 0 |") {
+		t.Errorf("report has no row comparing the two intervals:\n%s", md)
 	}
 	if svg := rep.svg(); !strings.HasPrefix(svg, "<svg") {
 		t.Errorf("chart is not an SVG")
