@@ -93,6 +93,9 @@ type peer struct {
 	retrying bool
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
+	// callable: the node accepted a connection or answered a call since
+	// its last failed call; until then a call waits for reach (reach.go).
+	callable bool
 	gauge    *core.PeerGauge
 	// version is the protocol version pe's worker incarnation speaks, as
 	// learnt from its answers: 0 not known yet (try the current one), or
@@ -157,6 +160,10 @@ type producer struct {
 	dur      core.Durable
 	lastWarn time.Time
 	drainTo  *actor.PID // who asked Drain; nil when not draining
+	// dialCtx bounds reach's connection checks; dialStop ends them when the
+	// producer stops or restarts.
+	dialCtx  context.Context
+	dialStop context.CancelFunc
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -197,6 +204,10 @@ func (p *producer) Receive(ctx actor.Context) {
 		}
 	case *forgetCheck:
 		p.forget(m.node)
+	case *reached:
+		if !p.dead {
+			p.onReached(ctx, m)
+		}
 	case *StatsQuery:
 		ctx.Respond(p.stats())
 	case *Drain:
@@ -214,6 +225,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.inc = uint64(time.Now().UnixNano())
 		p.peers = map[string]*peer{}
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
+		p.dialCtx, p.dialStop = context.WithCancel(context.Background())
 		p.log.Info().Uint64("incarnation", p.inc).Bool("restarted", p.restarted).Msg("producer started")
 		if p.restarted {
 			// This node's subscribers got the old incarnation's messages at
@@ -255,6 +267,9 @@ func (p *producer) armFlush(ctx actor.Context) {
 func (p *producer) stopTimers() {
 	if p.flushCancel != nil {
 		p.flushCancel()
+	}
+	if p.dialStop != nil {
+		p.dialStop()
 	}
 	for _, pe := range p.peers {
 		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel} {
@@ -318,6 +333,10 @@ func (p *producer) capacity(ctx actor.Context, pe *peer, lag uint64) {
 // call is in flight per node, which keeps each node's stream in order.
 func (p *producer) service(ctx actor.Context, pe *peer) {
 	if pe.absent || pe.inFlight || pe.retrying {
+		return
+	}
+	if !pe.callable {
+		p.reach(ctx, pe)
 		return
 	}
 	if !pe.registered {
@@ -821,7 +840,7 @@ func (p *producer) answered(pe *peer) {
 	if pe.failures > 0 {
 		p.log.Info().Str("node", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 	}
-	pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
+	pe.failures, pe.lastErr, pe.lastAck, pe.callable = 0, "", time.Now(), true
 	pe.gauge.Failures.Store(0)
 }
 
@@ -829,6 +848,7 @@ func (p *producer) answered(pe *peer) {
 // logs the first failure and then every 50th, never one line per attempt.
 func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
+	pe.callable = false // the next call waits until the node accepts a connection (reach.go)
 	if pe.failures == 1 || pe.failures%50 == 0 {
 		p.log.Warn().Str("node", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
 	}
