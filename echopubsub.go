@@ -216,6 +216,7 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
 	}
 	rt.Log.Info().Int("pool_size", cfg.PoolSize).Int("buffer_size", cfg.BufferSize).Msg("echopubsub started")
+	rt.MarkReady() // the instant probes' answers count from (see "Joined" in the package doc)
 	return ps, nil
 }
 

@@ -5,6 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 )
@@ -59,24 +64,49 @@ func TestFirstDeliveryIsPromptInEitherStartOrder(t *testing.T) {
 }
 
 // Node A broadcasts 50 messages while the listed node B is not running,
-// fails to reach B for 3 s, broadcasts 10 more, and B is started right
-// after the last of them returned (no pause): B gets none of the 60, no
-// notice, and everything broadcast after its Start returned.
+// fails to reach B for 3 s, broadcasts 10 more, and B's actor system and
+// pubsub are started as soon as the last of them returned, with no pause: B
+// gets none of the 60 (their Broadcast returned before B's Start was called)
+// and no notice, then everything broadcast after its Start returned.
 func TestLateNodeGetsNothingBroadcastBeforeItsStart(t *testing.T) {
 	for _, timeout := range callTimeouts {
 		t.Run(fmt.Sprintf("call_timeout=%v", timeout), func(t *testing.T) {
-			ports := test.FreePorts(t, 2)
-			peers := []string{fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}
-			a := startChild(t, childSpec{Port: ports[0], Peers: peers, CallTimeout: timeout})
-			a.publish(t, "p", 50)
-			// The scenario, not a settling wait: A's producer dials the
-			// absent node for 3 s, failing and retrying.
+			cfg := fastConfig()
+			cfg.CallTimeout = timeout
+			log := test.Logger(t, zerolog.InfoLevel)
+			nodes, addrs := test.NewNodes(t, 1, log)
+			a := nodes[0]
+			port := test.FreePort(t)
+			addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
+			a.Start(t, cfg, staticOf(addrs))
+			for i := uint64(1); i <= 50; i++ {
+				a.Broadcast(t, "match", stamp(i))
+			}
+			// The scenario, not a settling wait: A's producer fails to reach
+			// B for 3 s, retrying.
 			time.Sleep(3 * time.Second)
-			a.publish(t, "p", 10)
-			b := startChild(t, childSpec{Port: ports[1], Peers: peers, CallTimeout: timeout})
-			a.publish(t, "p", 40)
-			wantReceived(t, b, map[string][2]uint64{"p": {61, 100}})
-			wantReceived(t, a, map[string][2]uint64{"p": {1, 100}})
+			for i := uint64(51); i <= 60; i++ {
+				a.Broadcast(t, "match", stamp(i))
+			}
+			system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.ErrorLevel)))
+			r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", port, log))
+			r.Start()
+			b := &test.Node{System: system, Remote: r, Addr: system.Address(), Faults: test.NewFaults(), Log: log}
+			b.Start(t, cfg, staticOf(addrs))
+			c := b.Subscribe(t, "match")
+			for i := uint64(61); i <= 100; i++ {
+				a.Broadcast(t, "match", stamp(i))
+			}
+			wantStamps(t, c, seqs(61, 100)...)
+			noExpiry(t, c)
 		})
 	}
+}
+
+func seqs(from, to uint64) []uint64 {
+	var out []uint64
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
 }

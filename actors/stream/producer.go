@@ -116,8 +116,9 @@ type peer struct {
 	retryCancel, forgetCancel scheduler.CancelFunc
 }
 
-// epoch is the origin of the producers' monotonic write times.
-var epoch = time.Now()
+// epoch is the origin of the producers' monotonic write times (and of
+// core.Write.At).
+var epoch = core.Epoch
 
 func monotonic() int64 { return int64(time.Since(epoch)) }
 
@@ -290,7 +291,11 @@ func (p *producer) takeWrites(ctx actor.Context) {
 
 func (p *producer) write(ctx actor.Context, w *core.Write) {
 	e := w
-	c, err := p.buf.write(e, monotonic())
+	at := e.At // when Broadcast accepted it (0: not through Enqueue)
+	if at == 0 {
+		at = monotonic()
+	}
+	c, err := p.buf.write(e, at)
 	if err != nil {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
@@ -598,13 +603,17 @@ func (p *producer) register(ctx actor.Context, pe *peer) {
 			p.joined(ctx, pe, ack)
 			return true
 		}
-		// The worker's pubsub started ack.StartedAgoNanos before it answered,
-		// and it answered after we sent: so not before sent - age, on our
-		// clock. Several probes keep the tightest bound.
-		// A margin covers the two monotonic clocks running at slightly
-		// different rates (NTP slews up to 500 ppm): at worst some history.
+		// The worker's age names an instant between the node's Start call
+		// and its return (see worker.startedAgo), ack.StartedAgoNanos before
+		// it answered, and it answered after we sent: so the instant is not
+		// before sent - age, on our clock. Messages stamped from there on
+		// (core.Write.At, inside Broadcast) are owed to the node. Several
+		// probes keep the tightest bound. A margin covers the two monotonic
+		// clocks running at slightly different rates (NTP slews up to
+		// 500 ppm each): at worst some history is delivered, never a message
+		// from after Start returned withheld.
 		age := int64(ack.StartedAgoNanos)
-		since := int64(sent.Sub(epoch)) - age - age/1000 - int64(time.Millisecond)
+		since := int64(sent.Sub(epoch)) - age - age/1000
 		if pe.sinceInc != ack.WorkerIncarnation || since > pe.since {
 			pe.since, pe.sinceInc = since, ack.WorkerIncarnation
 		}
