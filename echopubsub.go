@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -124,6 +125,8 @@ type PubSub struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	// startedUp: Health once found start-up done (see Health.Ready).
+	startedUp atomic.Bool
 }
 
 // Start spawns the pubsub's supervision tree on system, whose remote must be

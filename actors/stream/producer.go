@@ -156,6 +156,7 @@ type producer struct {
 	timer       bool
 	dead        bool
 	restarted   bool
+	listed      bool // the membership's first complete list came (cluster.Listed)
 	// dur, when set, knows this node's previous incarnation of the group
 	// (told to joining workers: see Register.predecessor_incarnation).
 	dur      core.Durable
@@ -200,6 +201,7 @@ func (p *producer) Receive(ctx actor.Context) {
 	case *cluster.Event:
 		p.member(ctx, m)
 	case *core.MemberSnapshot:
+		p.listed = p.listed || m.Listed
 		for _, mem := range m.Members {
 			p.member(ctx, &cluster.Event{Kind: cluster.Joined, Member: mem})
 		}
@@ -879,6 +881,10 @@ func (p *producer) expired(ctx actor.Context, pe *peer, missed uint64) {
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
+	if ev.Kind == cluster.Listed { // after the Joined of every member it lists
+		p.listed = true
+		return
+	}
 	m := ev.Member
 	if m.Name == "" {
 		m.Name = m.Address
@@ -935,7 +941,7 @@ func (p *producer) forget(node string) {
 }
 
 func (p *producer) stats() *messages.GroupStats {
-	gs := &messages.GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize}
+	gs := &messages.GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize, Listed: p.listed}
 	if p.ring == nil {
 		return gs
 	}
@@ -947,10 +953,22 @@ func (p *producer) stats() *messages.GroupStats {
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
 		}
-		if pe.workerInc == 0 { // not joined yet: nothing is held for it
-			ns.Lag, ns.Next, ns.Expired = 0, gs.WriteCursor, false
+		if pe.workerInc == 0 { // never joined in this incarnation: owed what was written since it started
+			switch {
+			case p.speaks(pe) == messages.PreviousProtocolVersion: // owed since listed (see registerV1)
+				ns.Next, ns.Lag, ns.Expired = joinStats(p.ring.Join(pe.listed))
+			case pe.sinceInc != 0: // a probe answered: the bound register keeps
+				ns.Next, ns.Lag, ns.Expired = joinStats(p.ring.Join(pe.since))
+			default: // when it started is not known yet: at most everything written
+				ns.Next, ns.Lag, ns.Expired, ns.LagUnknown = 0, gs.WriteCursor, false, true
+			}
 		}
 		gs.Nodes = append(gs.Nodes, ns)
 	}
 	return gs
+}
+
+// joinStats is a join decision as NodeStats' Next, Lag and Expired.
+func joinStats(d ringbuf.Decision) (next, lag uint64, expired bool) {
+	return d.From, d.Lag, d.Kind == ringbuf.Expired
 }

@@ -46,8 +46,12 @@ func Monotonic() int64 { return int64(time.Since(Epoch)) }
 // MembersQuery asks the root for a *MemberSnapshot (producers ask on start).
 type MembersQuery struct{}
 
-// MemberSnapshot is the current member list.
-type MemberSnapshot struct{ Members []cluster.Member }
+// MemberSnapshot is the current member list; Listed: the membership sent
+// its first complete list (cluster.Listed).
+type MemberSnapshot struct {
+	Members []cluster.Member
+	Listed  bool
+}
 
 // Runtime is everything the actors of one pubsub share: its configuration,
 // identity, the queues of writes to its producers, metrics and the done
