@@ -54,10 +54,12 @@
 // age at the probe for the two clocks' rates (NTP slews each by at most
 // 500 ppm). A probe answered slowly (a request queued while the connection
 // was being made) is followed by another, up to five, and the tightest
-// bound is kept. Measured on loopback: a probe's trip is 0.2..1 ms under
-// load and Start about 0.6 ms, so only a Broadcast that returned within
-// about a millisecond of Start being called is uncertain; starting a
-// process or an actor system takes longer than that.
+// bound is kept. Measured on loopback (2 loaded cores): a probe's round
+// trip 0.6..0.9 ms, up to 4 ms on a fresh connection, and Start about
+// 0.6 ms in-process, so only a Broadcast that returned within a few
+// milliseconds of Start being called is uncertain; creating and starting
+// an actor system's remote took 12 ms there (TestLateNodeGetsNothing-
+// BroadcastBeforeItsStart).
 //
 // A producer hands a call to a node to protoactor only once the node's
 // address accepts a connection (before its first call, and after a failed
