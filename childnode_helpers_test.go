@@ -46,6 +46,9 @@ type childSpec struct {
 	Consul      string
 	CallTimeout time.Duration // 0: fastConfig's
 	BufferSize  int           // 0: fastConfig's
+	// Defaults: DefaultConfig's timings instead of fastConfig's (the fields
+	// above still apply).
+	Defaults bool
 }
 
 // childReport is what a child's recorder received, per publisher.
@@ -87,6 +90,9 @@ func runChildNode(specJSON string) int {
 		mem = c
 	}
 	cfg := fastConfig()
+	if spec.Defaults {
+		cfg = echopubsub.DefaultConfig(cfg.Name)
+	}
 	if spec.Name != "" {
 		cfg.Name = spec.Name
 	}

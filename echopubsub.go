@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -138,6 +139,8 @@ type PubSub struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	// startedUp: Health once found start-up done (see Health.Ready).
+	startedUp atomic.Bool
 }
 
 // Start spawns the pubsub's supervision tree on system, whose remote must be
@@ -232,6 +235,7 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		return nil, fmt.Errorf("echopubsub: start %q: membership: %w", cfg.Name, err)
 	}
 	rt.Log.Info().Int("pool_size", cfg.PoolSize).Int("buffer_size", cfg.BufferSize).Msg("echopubsub started")
+	rt.MarkReady() // the instant probes' answers count from (see "Joined" in the package doc)
 	return ps, nil
 }
 

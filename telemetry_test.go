@@ -188,9 +188,10 @@ func TestMetricsAndEventsMove(t *testing.T) {
 	test.Eventually(t, 5*time.Second, func() bool { return ev.count("expired") == 1 }, test.Sprintf("no Expired event"))
 }
 
-// Health is ready once every listed member is registered, says why not
-// before (a listed node that is not running), and HealthHandler answers 200
-// or 503 accordingly.
+// Health is ready once start-up is done, a listed node that is not running
+// included (reported in Peers, not by readiness), and HealthHandler answers
+// 200 or 503 accordingly; LivenessHandler answers 200 while the pubsub runs
+// and 503 once it stopped.
 func TestHealthAndReadiness(t *testing.T) {
 	cfg := fastConfig()
 	log := test.Logger(t, zerolog.InfoLevel)
@@ -198,6 +199,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	nodes[0].Start(t, cfg, staticOf(addrs)) // node 1 listed, not started yet
 	srv := httptest.NewServer(echopubsub.HealthHandler(nodes[0].PS))
 	t.Cleanup(srv.Close)
+	live := httptest.NewServer(echopubsub.LivenessHandler(nodes[0].PS))
+	t.Cleanup(live.Close)
 	probe := func() (int, echopubsub.Health) {
 		res, err := http.Get(srv.URL)
 		if err != nil {
@@ -210,17 +213,38 @@ func TestHealthAndReadiness(t *testing.T) {
 		}
 		return res.StatusCode, h
 	}
-	test.Never(t, 300*time.Millisecond, func() bool { code, _ := probe(); return code != http.StatusServiceUnavailable },
-		test.Sprintf("ready while a listed member was not running"))
-	if _, h := probe(); !strings.Contains(h.Reason, nodes[1].Addr) || len(h.Peers) != 1 || h.Peers[0].LastAckAge != -1 {
-		t.Fatalf("not-ready health %+v does not name the missing node", h)
-	}
-	nodes[1].Start(t, cfg, staticOf(addrs))
 	var h echopubsub.Health
 	test.Eventually(t, 10*time.Second, func() bool { var code int; code, h = probe(); return code == http.StatusOK && h.Ready },
-		func() string { return fmt.Sprintf("not ready: %+v", h) })
-	if p := h.Peers[0]; p.Node != nodes[1].Addr || !p.Registered || p.LastAckAge < 0 || p.Failures != 0 {
+		func() string { return fmt.Sprintf("not ready with a listed node down: %+v", h) })
+	if len(h.Peers) != 1 || h.Peers[0].Node != nodes[1].Addr || h.Peers[0].Registered || h.Peers[0].LastAckAge != -1 || h.Peers[0].Failures == 0 {
+		t.Fatalf("ready health %+v does not report the down node", h)
+	}
+	nodes[1].Start(t, cfg, staticOf(addrs))
+	test.Eventually(t, 10*time.Second, func() bool {
+		var code int
+		code, h = probe()
+		return code == http.StatusOK && h.Ready && len(h.Peers) == 1 && h.Peers[0].Registered
+	}, func() string { return fmt.Sprintf("node 1 never registered: %+v", h) })
+	if p := h.Peers[0]; p.Node != nodes[1].Addr || p.LastAckAge < 0 || p.Failures != 0 {
 		t.Fatalf("ready health peer %+v", p)
+	}
+	liveCode := func() int {
+		res, err := http.Get(live.URL)
+		if err != nil {
+			t.Fatalf("liveness probe: %v", err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := liveCode(); code != http.StatusOK {
+		t.Fatalf("liveness %d while running", code)
+	}
+	nodes[0].StopPubSub(t)
+	if code := liveCode(); code != http.StatusServiceUnavailable {
+		t.Fatalf("liveness %d after Stop, want 503", code)
+	}
+	if code, h := probe(); code != http.StatusServiceUnavailable || h.Ready || h.Live {
+		t.Fatalf("readiness %d %+v after Stop, want 503, not ready, not live", code, h)
 	}
 }
 

@@ -50,6 +50,10 @@ const (
 	// Reachable: the transport to the member came (back) up: a good moment
 	// to retry without waiting for the retry interval.
 	Reachable
+	// Listed: the membership sent its first complete member list (a Joined
+	// for each member). Sent once, with an empty Member; a pubsub is not
+	// ready (Health) before it.
+	Listed
 )
 
 func (k EventKind) String() string {
@@ -62,6 +66,8 @@ func (k EventKind) String() string {
 		return "updated"
 	case Reachable:
 		return "reachable"
+	case Listed:
+		return "listed"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -88,7 +94,8 @@ type Env struct {
 //
 // Ordering: the events for one member reach Owner in the order they
 // happened, and Start sends a Joined for every member already known before
-// any later event. Events for different members carry no order between them.
+// any later event. Once the first complete list was sent (at once in Start,
+// or when the backing service first answered), one Listed follows it. Events for different members carry no order between them.
 // Owner may see a Joined for a member it already knows (after a reconnect to
 // the backing service); it must treat that as Updated.
 //

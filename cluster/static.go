@@ -57,6 +57,7 @@ func (s *Static) Start(env Env) error {
 		}
 		env.System.Root.Send(env.Owner, &Event{Kind: Joined, Member: m})
 	}
+	env.System.Root.Send(env.Owner, &Event{Kind: Listed})
 	s.sub = env.System.EventStream.Subscribe(func(evt interface{}) {
 		if ev, ok := evt.(*remote.EndpointConnectedEvent); ok && s.listed(ev.Address) {
 			env.System.Root.Send(env.Owner, &Event{Kind: Reachable, Member: Member{Address: ev.Address, Name: ev.Address}})

@@ -1022,8 +1022,10 @@ type RegisterAck struct {
 	// When known: the cursor the worker expects next from this producer.
 	NextCursor uint64 `protobuf:"varint,4,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	Error      string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
-	// How long ago this node's pubsub started, on the worker's own monotonic
-	// clock (a duration: no clock agreement between machines is needed).
+	// How long ago this node's Start returned (0 while Start still runs;
+	// builds before it counted from Start's beginning), on the worker's own
+	// monotonic clock (a duration: no clock agreement between machines is
+	// needed).
 	StartedAgoNanos uint64 `protobuf:"varint,6,opt,name=started_ago_nanos,json=startedAgoNanos,proto3" json:"started_ago_nanos,omitempty"`
 	// The worker holds this producer incarnation; next_cursor is its cursor.
 	Known bool `protobuf:"varint,7,opt,name=known,proto3" json:"known,omitempty"`

@@ -68,6 +68,9 @@ type GroupStats struct {
 	WriteCursor uint64
 	Capacity    int
 	Nodes       []NodeStats
+	// Listed: the producer had the membership's first complete list (see
+	// cluster.Listed), so Nodes holds every member listed then.
+	Listed bool
 }
 
 // NodeStats is one node as a producer sees it. The own node is always
@@ -87,4 +90,8 @@ type NodeStats struct {
 	// Expirations counts the CursorExpired it was told by this producer.
 	LastAck     time.Time
 	Expirations int
+	// LagUnknown: the node never answered a probe, so when it started, and
+	// so what it is owed, is not known yet; Lag is then the most it can be
+	// owed (everything this producer incarnation wrote), Next 0.
+	LagUnknown bool
 }

@@ -19,8 +19,9 @@ import (
 // (echopubsub.Start does).
 func Tree(rt *core.Runtime, d *delivery.Dispatcher) *actor.Props {
 	members := map[string]cluster.Member{} // survives a restart of the root, as the membership does not resend
+	listed := new(bool)                    // likewise: cluster.Listed came
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &root{rt: rt, d: d, members: members}
+		return &root{rt: rt, d: d, members: members, listed: listed}
 	}, actor.WithSupervisor(OneForOne()), IgnorePoisonPill())
 }
 
@@ -28,6 +29,7 @@ type root struct {
 	rt       *core.Runtime
 	d        *delivery.Dispatcher
 	members  map[string]cluster.Member
+	listed   *bool
 	stopping bool
 }
 
@@ -78,13 +80,15 @@ func (r *root) Receive(ctx actor.Context) {
 			r.members[m.Member.Name] = m.Member
 		case cluster.Left:
 			delete(r.members, m.Member.Name)
+		case cluster.Listed:
+			*r.listed = true
 		}
 		r.publishMembers()
 		for g := 0; g < r.rt.Cfg.PoolSize; g++ {
 			ctx.Send(r.rt.ProducerPID(uint32(g)), m)
 		}
 	case *core.MembersQuery:
-		snap := &core.MemberSnapshot{}
+		snap := &core.MemberSnapshot{Listed: *r.listed}
 		for _, mem := range r.members {
 			snap.Members = append(snap.Members, mem)
 		}

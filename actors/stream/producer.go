@@ -96,6 +96,9 @@ type peer struct {
 	retrying bool
 	absent   bool
 	retired  bool // acknowledged Retire (graceful Stop)
+	// callable: the node accepted a connection or answered a call since
+	// its last failed call; until then a call waits for reach (reach.go).
+	callable bool
 	gauge    *core.PeerGauge
 	// version is the protocol version pe's worker incarnation speaks, as
 	// learnt from its answers: 0 not known yet (try the current one), or
@@ -124,8 +127,9 @@ type peer struct {
 	mark, markSize uint64
 }
 
-// epoch is the origin of the producers' monotonic write times.
-var epoch = time.Now()
+// epoch is the origin of the producers' monotonic write times (and of
+// core.Write.At).
+var epoch = core.Epoch
 
 func monotonic() int64 { return int64(time.Since(epoch)) }
 
@@ -163,6 +167,7 @@ type producer struct {
 	timer       bool
 	dead        bool
 	restarted   bool
+	listed      bool // the membership's first complete list came (cluster.Listed)
 	// dur, when set, knows this node's previous incarnation of the group
 	// (told to joining workers: see Register.predecessor_incarnation).
 	dur      core.Durable
@@ -171,6 +176,10 @@ type producer struct {
 	drainDue scheduler.CancelFunc
 	// drainLate: Drain.Budget passed; the nodes not done are away.
 	drainLate bool
+	// dialCtx bounds reach's connection checks; dialStop ends them when the
+	// producer stops or restarts.
+	dialCtx  context.Context
+	dialStop context.CancelFunc
 	// metered is the write cursor the metrics have counted up to; delivered
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
@@ -206,11 +215,16 @@ func (p *producer) Receive(ctx actor.Context) {
 	case *cluster.Event:
 		p.member(ctx, m)
 	case *core.MemberSnapshot:
+		p.listed = p.listed || m.Listed
 		for _, mem := range m.Members {
 			p.member(ctx, &cluster.Event{Kind: cluster.Joined, Member: mem})
 		}
 	case *forgetCheck:
 		p.forget(m.node)
+	case *reached:
+		if !p.dead {
+			p.onReached(ctx, m)
+		}
 	case *StatsQuery:
 		ctx.Respond(p.stats())
 	case *Drain:
@@ -234,6 +248,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.inc = uint64(time.Now().UnixNano())
 		p.peers = map[string]*peer{}
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
+		p.dialCtx, p.dialStop = context.WithCancel(context.Background())
 		p.log.Info().Uint64("incarnation", p.inc).Bool("restarted", p.restarted).Msg("producer started")
 		if p.restarted {
 			// This node's subscribers got the old incarnation's messages at
@@ -278,6 +293,9 @@ func (p *producer) stopTimers() {
 			c()
 		}
 	}
+	if p.dialStop != nil {
+		p.dialStop()
+	}
 	for _, pe := range p.peers {
 		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel} {
 			if c != nil {
@@ -307,7 +325,11 @@ func (p *producer) takeWrites(ctx actor.Context) {
 
 func (p *producer) write(ctx actor.Context, w *core.Write) {
 	e := w
-	c, err := p.buf.write(e, monotonic())
+	at := e.At // when Broadcast accepted it (0: not through Enqueue)
+	if at == 0 {
+		at = monotonic()
+	}
+	c, err := p.buf.write(e, at)
 	if err != nil {
 		p.log.Error().Err(err).Str("topic", e.Topic).Msg("broadcast not buffered")
 		return
@@ -351,6 +373,10 @@ func (p *producer) capacity(ctx actor.Context, pe *peer, lag uint64) {
 // call is in flight per node, which keeps each node's stream in order.
 func (p *producer) service(ctx actor.Context, pe *peer) {
 	if pe.absent || pe.inFlight || pe.retrying {
+		return
+	}
+	if !pe.callable {
+		p.reach(ctx, pe)
 		return
 	}
 	if !pe.registered {
@@ -653,13 +679,17 @@ func (p *producer) register(ctx actor.Context, pe *peer) {
 			p.joined(ctx, pe, ack)
 			return true
 		}
-		// The worker's pubsub started ack.StartedAgoNanos before it answered,
-		// and it answered after we sent: so not before sent - age, on our
-		// clock. Several probes keep the tightest bound.
-		// A margin covers the two monotonic clocks running at slightly
-		// different rates (NTP slews up to 500 ppm): at worst some history.
+		// The worker's age names an instant between the node's Start call
+		// and its return (see worker.startedAgo), ack.StartedAgoNanos before
+		// it answered, and it answered after we sent: so the instant is not
+		// before sent - age, on our clock. Messages stamped from there on
+		// (core.Write.At, inside Broadcast) are owed to the node. Several
+		// probes keep the tightest bound. A margin covers the two monotonic
+		// clocks running at slightly different rates (NTP slews up to
+		// 500 ppm each): at worst some history is delivered, never a message
+		// from after Start returned withheld.
 		age := int64(ack.StartedAgoNanos)
-		since := int64(sent.Sub(epoch)) - age - age/1000 - int64(time.Millisecond)
+		since := int64(sent.Sub(epoch)) - age - age/1000
 		if pe.sinceInc != ack.WorkerIncarnation || since > pe.since {
 			pe.since, pe.sinceInc = since, ack.WorkerIncarnation
 		}
@@ -899,7 +929,7 @@ func (p *producer) answered(pe *peer) {
 	if pe.failures > 0 {
 		p.log.Info().Str("peer", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 	}
-	pe.failures, pe.lastErr, pe.lastAck = 0, "", time.Now()
+	pe.failures, pe.lastErr, pe.lastAck, pe.callable = 0, "", time.Now(), true
 	pe.gauge.Failures.Store(0)
 }
 
@@ -907,6 +937,7 @@ func (p *producer) answered(pe *peer) {
 // logs the first failure and then every 50th, never one line per attempt.
 func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
+	pe.callable = false // the next call waits until the node accepts a connection (reach.go)
 	if pe.failures == 1 || pe.failures%50 == 0 {
 		p.log.Warn().Str("peer", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
 	}
@@ -929,6 +960,10 @@ func (p *producer) expired(ctx actor.Context, pe *peer, missed, overwritten uint
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
+	if ev.Kind == cluster.Listed { // after the Joined of every member it lists
+		p.listed = true
+		return
+	}
 	m := ev.Member
 	if m.Name == "" {
 		m.Name = m.Address
@@ -985,7 +1020,7 @@ func (p *producer) forget(node string) {
 }
 
 func (p *producer) stats() *messages.GroupStats {
-	gs := &messages.GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize}
+	gs := &messages.GroupStats{Group: p.group, Incarnation: p.inc, Capacity: p.cfg.BufferSize, Listed: p.listed}
 	if p.ring == nil {
 		return gs
 	}
@@ -997,10 +1032,22 @@ func (p *producer) stats() *messages.GroupStats {
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
 		}
-		if pe.workerInc == 0 { // not joined yet: nothing is held for it
-			ns.Lag, ns.Next, ns.Expired = 0, gs.WriteCursor, false
+		if pe.workerInc == 0 { // never joined in this incarnation: owed what was written since it started
+			switch {
+			case p.speaks(pe) == messages.PreviousProtocolVersion: // owed since listed (see registerV1)
+				ns.Next, ns.Lag, ns.Expired = joinStats(p.ring.Join(pe.listed))
+			case pe.sinceInc != 0: // a probe answered: the bound register keeps
+				ns.Next, ns.Lag, ns.Expired = joinStats(p.ring.Join(pe.since))
+			default: // when it started is not known yet: at most everything written
+				ns.Next, ns.Lag, ns.Expired, ns.LagUnknown = 0, gs.WriteCursor, false, true
+			}
 		}
 		gs.Nodes = append(gs.Nodes, ns)
 	}
 	return gs
+}
+
+// joinStats is a join decision as NodeStats' Next, Lag and Expired.
+func joinStats(d ringbuf.Decision) (next, lag uint64, expired bool) {
+	return d.From, d.Lag, d.Kind == ringbuf.Expired
 }

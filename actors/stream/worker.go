@@ -77,6 +77,29 @@ type worker struct {
 	// dur, when set, is told what the worker receives and loses, so that
 	// a node-local durable store holds it (see core.Durable).
 	dur core.Durable
+	// ready is when this node's Start returned (core.Runtime.ReadyAt); nil
+	// in tests of the worker alone, which report the age of started.
+	ready func() (time.Time, bool)
+}
+
+// startedAgo is what a probe's answer reports (RegisterAck.started_ago_nanos):
+// how long ago this node's Start returned, or 0 while Start still runs.
+// Either way the instant it names is not before Start was called (the
+// worker exists only from then) and not after Start returned. A producer
+// takes (probe sent - age) as the earliest the node may have started: so
+// every message broadcast after Start returned is owed to the node, and
+// one whose Broadcast returned before Start was called is history unless
+// the probe took longer to arrive than Start took to run ("Joined" in the
+// package doc).
+func (w *worker) startedAgo() uint64 {
+	if w.ready == nil {
+		return uint64(time.Since(w.started))
+	}
+	at, ok := w.ready()
+	if !ok {
+		return 0
+	}
+	return uint64(time.Since(at))
 }
 
 // NewWorker makes the worker of pool group group: it receives the batches
@@ -86,7 +109,7 @@ func NewWorker(rt *core.Runtime, group uint32, d *delivery.Dispatcher) actor.Pro
 	p := newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, d, rt.Hook, rt.Metrics, rt.Log)
 	return func() actor.Actor {
 		w := p().(*worker)
-		w.dur = rt.Durable
+		w.dur, w.ready = rt.Durable, rt.ReadyAt
 		return w
 	}
 }
@@ -207,7 +230,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		return &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc, NextCursor: k.expected}
 	}
 	ack := &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc,
-		StartedAgoNanos: uint64(time.Since(w.started)), SupportedVersions: messages.SupportedVersions()}
+		StartedAgoNanos: w.startedAgo(), SupportedVersions: messages.SupportedVersions()}
 	if k != nil && k.incarnation == m.ProducerIncarnation {
 		k.seen = time.Now()
 		ack.Known, ack.NextCursor, ack.ToldJoin = true, k.expected, k.toldJoin

@@ -58,6 +58,7 @@ type Membership struct {
 	stopped   bool
 	stopErr   error
 	known     map[string]cluster.Member // announced members, Self excluded
+	listed    bool                      // cluster.Listed sent (after Consul's first answer)
 	hb        *actor.PID
 	sub       *eventstream.Subscription
 	serviceID string
@@ -316,6 +317,10 @@ func (c *Membership) apply(entries []*api.ServiceEntry, grace bool) {
 			c.send(&cluster.Event{Kind: cluster.Updated, Member: m})
 		}
 		c.known[n] = m
+	}
+	if !c.listed {
+		c.listed = true
+		c.send(&cluster.Event{Kind: cluster.Listed})
 	}
 	if grace {
 		return

@@ -31,13 +31,28 @@ type Write struct {
 	// Msg, when set, is the original message, handed as is to this node's
 	// subscribers (it is not buffered).
 	Msg proto.Message
+	// At is when Enqueue accepted it (Monotonic), inside the Broadcast call:
+	// the time that decides whether a joining node is owed it.
+	At int64
 }
+
+// Epoch is the origin of Monotonic, fixed when the process starts.
+var Epoch = time.Now()
+
+// Monotonic is the process's monotonic clock in nanoseconds since Epoch:
+// the write times in producers' rings and the join bounds compared with
+// them.
+func Monotonic() int64 { return int64(time.Since(Epoch)) }
 
 // MembersQuery asks the root for a *MemberSnapshot (producers ask on start).
 type MembersQuery struct{}
 
-// MemberSnapshot is the current member list.
-type MemberSnapshot struct{ Members []cluster.Member }
+// MemberSnapshot is the current member list; Listed: the membership sent
+// its first complete list (cluster.Listed).
+type MemberSnapshot struct {
+	Members []cluster.Member
+	Listed  bool
+}
 
 // Runtime is everything the actors of one pubsub share: its configuration,
 // identity, the queues of writes to its producers, metrics and the done
@@ -49,8 +64,7 @@ type Runtime struct {
 	System      *actor.ActorSystem
 	Node        string
 	Incarnation uint64
-	// Started is when Start began (monotonic): the node is owed every
-	// message written after it.
+	// Started is when Start began (monotonic); see also ReadyAt.
 	Started time.Time
 	// Queues carry each producer's writes (Config.MaxPendingWrites of them
 	// at most) from Enqueue to the producer, in groups.
@@ -71,6 +85,24 @@ type Runtime struct {
 	// included), published by the root on every membership event for the
 	// edge guard and DirectBroadcast, which read it from other goroutines.
 	members atomic.Pointer[map[string]struct{}]
+	// readyAt is when Start returned, in nanoseconds after Started, plus
+	// one (0: Start still runs). Set once by MarkReady.
+	readyAt atomic.Int64
+}
+
+// MarkReady records that Start returns now (Start calls it last).
+func (rt *Runtime) MarkReady() {
+	rt.readyAt.CompareAndSwap(0, int64(time.Since(rt.Started))+1)
+}
+
+// ReadyAt is when Start returned (monotonic), and false while it runs.
+// Safe for concurrent use.
+func (rt *Runtime) ReadyAt() (time.Time, bool) {
+	n := rt.readyAt.Load()
+	if n == 0 {
+		return time.Time{}, false
+	}
+	return rt.Started.Add(time.Duration(n - 1)), true
 }
 
 // NewRuntime builds the shared parts of a pubsub on system.
@@ -195,6 +227,7 @@ func (rt *Runtime) Enqueue(wait Wait, from *actor.PID, w *Write) error {
 			ok, notify bool
 			room       <-chan struct{}
 		)
+		w.At = Monotonic() // accepted now, if there is room: before Broadcast returns
 		if durable {
 			// Room first, then the append, then the push: once stored it is
 			// queued (a Close waits for it under sendMu), and an append that
