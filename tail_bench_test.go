@@ -27,9 +27,9 @@ import (
 // subscriber. Raw protoactor (one remote Send per message, the same
 // process pair) runs in the same round. One op is one round of both; the
 // stage medians of the whole run and of the tail (latency >= p99) are
-// logged. The hooks and the event subscription cost the traced path a
-// little. The multi-process figure is the harness's (test/e2e/bench):
-// `go test -v -run '^$' -bench BenchmarkTailStages -benchtime 3x .`
+// logged (run it with -v: `go test -v -run '^$' -bench BenchmarkTailStages
+// -benchtime 3x .`). The hooks and the event subscription cost the traced
+// path a little; the multi-process figure is the harness's (test/e2e/bench).
 func BenchmarkTailStages(b *testing.B) {
 	const rate, secs = 10_000, 3
 	n := rate * secs
