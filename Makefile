@@ -44,7 +44,7 @@ test: deps
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
 lint: deps
 	@sc="$$(.ci/deps --staticcheck)" && \
-	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E); do (cd $$m && $$sc ./...) || exit 1; done"
+	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E); do (cd \$$m && $$sc ./...) || exit 1; done"
 
 deps:
 	@.ci/deps >/dev/null
