@@ -1,13 +1,21 @@
 # The README's two set-up commands are `go run ./cmd/demo` and `make test`.
 
 GO ?= go
-# Three modules: the library (.); store/postgres, the PostgreSQL store
-# (go-gettable: it requires a released root version, and its go.work takes
-# the root from this checkout); and test/e2e, which holds the benchmark
-# harness and the demo's browser tests with their dependencies (NATS,
-# chromedp), so that `go get` of the library pulls none of them. `./...`
-# does not enter a nested module: every target that means "all of it"
-# runs each.
+# Modules. The library (the root) and the modules released beside it,
+# which require released versions of it and one another with no replace
+# (go get sees what a user gets; this checkout's go.work takes each from
+# here): gateway (the WebSocket gateway: coder/websocket), store/bolt (the
+# embedded store: bbolt), store/postgres (pgx), cmd/demo. And test/e2e:
+# the benchmark harness and the demo's browser tests with their
+# dependencies (NATS, chromedp), never released. `./...` does not enter a
+# nested module: every target that means "all of it" runs each.
+#
+# The root runs with GOWORK=off: against its own go.mod alone, the
+# versions a user who imports only the root package builds with (the
+# workspace would raise shared dependencies to the other modules'
+# versions).
+ROOT = GOWORK=off $(GO)
+MODS = gateway store/bolt cmd/demo
 E2E = test/e2e
 PG = store/postgres
 # Packages whose tests run one node per process: race-checked here. Tests
@@ -23,50 +31,50 @@ PHASE = $(CURDIR)/.ci/phase
 .PHONY: test lint vet tidy deps soak-long soak-plant bench
 
 # test installs what the tests need (first run only) and runs every test,
-# in every module (root, test/e2e, store/postgres).
+# in every module.
 test: deps
 	@ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
-	$(PHASE) "test: race-checked packages (one node per process)" $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
-	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: library module (root, gateway, stores, chaos soak), one package at a time" \
-		$(GO) test -count=1 -p 1 -timeout 30m ./... && \
-	cd $(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	$(PHASE) "test: race-checked packages (one node per process)" $(ROOT) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
+	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
+		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
+	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
+	cd $(CURDIR)/$(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
 lint: deps
 	@sc="$$(.ci/deps --staticcheck)" && \
-	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "$$sc ./... && cd $(E2E) && $$sc ./... && cd $(CURDIR)/$(PG) && $$sc ./..."
+	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E); do (cd \$$m && $$sc ./...) || exit 1; done"
 
 deps:
 	@.ci/deps >/dev/null
 
 # vet: gofmt, go vet and go mod tidy -diff over every module (what .ci/run
-# checks before the tests). store/postgres's tidy check is a test
+# checks before the tests). The released modules' tidy check is a test
 # (internal/modgraph: tidy ignores go.work, so it runs against a module
 # proxy built from the checkout).
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	cd $(E2E) && $(GO) vet ./...
-	$(GO) mod tidy -diff
+	$(ROOT) vet ./...
+	for m in $(MODS) $(PG) $(E2E); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(ROOT) mod tidy -diff
 	cd $(E2E) && $(GO) mod tidy -diff
-	cd $(PG) && $(GO) vet ./...
-	$(GO) test -count=1 -run 'TestPostgresModuleTidy' ./internal/modgraph
+	$(ROOT) test -count=1 -run 'TestModulesTidy' ./internal/modgraph
 
-# tidy: go mod tidy in every module (store/postgres through the same proxy).
+# tidy: go mod tidy in every module (the released ones through the same proxy).
 tidy:
-	$(GO) mod tidy
+	$(ROOT) mod tidy
 	cd $(E2E) && $(GO) mod tidy
-	ECHOPUBSUB_TIDY_WRITE=1 $(GO) test -count=1 -run 'TestPostgresModuleTidy' ./internal/modgraph
+	ECHOPUBSUB_TIDY_WRITE=1 $(ROOT) test -count=1 -run 'TestModulesTidy' ./internal/modgraph
 
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:
-	nice -n 5 $(GO) run ./test/soak -messages 1000000 -slow-subscribers 1
+	nice -n 5 $(ROOT) run ./test/soak -messages 1000000 -slow-subscribers 1
 
 # Every planted defect (internal/plant) must fail a short soak (CI runs two).
 soak-plant:
-	ECHOPUBSUB_PLANT_ALL=1 $(GO) test -count=1 -v -run TestSoakCatchesPlantedDefects ./test/chaos
+	ECHOPUBSUB_PLANT_ALL=1 $(ROOT) test -count=1 -v -run TestSoakCatchesPlantedDefects ./test/chaos
 
 # The benchmark run behind docs/benchmarks.md (the harness is in test/e2e).
 bench:

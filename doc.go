@@ -31,11 +31,14 @@
 //     and TLS.
 //   - messages: wire, notice and report types. cluster, cluster/consul:
 //     membership (static list, Consul).
-//   - gateway: the WebSocket gateway (one socket, one session), built on
-//     this package's API.
-//   - store/bolt: the embedded Store (one bbolt file per node);
-//     store/postgres: PostgreSQL, its own module; store/storetest: the
-//     conformance suite and benchmarks every Store runs.
+//   - gateway (its own module: go get .../echopubsub/gateway): the
+//     WebSocket gateway (one socket, one session), built on this
+//     package's API.
+//   - store/bolt (its own module): the embedded Store (one bbolt file per
+//     node); store/postgres (its own module): PostgreSQL;
+//     store/storetest: the conformance suite and benchmarks every Store
+//     runs. This package imports none of them, so a program that does not
+//     use them neither links nor downloads websocket, bbolt or pgx.
 //   - ringbuf (the cursor rules), supervision (the tree), actors/stream
 //     (producer and worker: the node-to-node stream), actors/delivery
 //     (dispatcher, registry, counting mailbox): the machinery, for reading

@@ -2,7 +2,6 @@ package echopubsub_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -22,15 +21,15 @@ import (
 // received, not only against the figure.
 func TestMissedCountsEverythingTheNodeWillNeverGet(t *testing.T) {
 	const buffer, cut = 20, 30
-	dir := t.TempDir()
 	cfg := replayConfig()
 	cfg.BufferSize = buffer
 	cfg.SoftQueue, cfg.HardQueue = 100, 200
 	nodes := test.StartCluster(t, 2, cfg)
-	for i, nd := range nodes { // each on its own embedded store
+	stores := test.NewStores(t)
+	for i, nd := range nodes { // each on its own node-local store
 		nd.StopPubSub(t)
 		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
-			test.WithBoltStore(t, filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+			stores.Option(fmt.Sprint("node", i)))
 	}
 	var mu sync.Mutex
 	var events []*messages.Expired

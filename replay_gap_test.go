@@ -2,7 +2,6 @@ package echopubsub_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,16 +12,15 @@ import (
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
-// gapCluster is two nodes, each on its own embedded store, durable room:*.
+// gapCluster is two nodes, each on its own node-local store, durable room:*.
 func gapCluster(t *testing.T) ([]*test.Node, func(i int)) {
-	dir := t.TempDir()
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue = 400, 800
 	nodes := test.StartCluster(t, 2, cfg)
 	stores := test.NewStores(t)
 	start := func(i int) {
 		nodes[i].Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
-			stores.Option(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+			stores.Option(fmt.Sprint("node", i)))
 	}
 	for i, nd := range nodes {
 		nd.StopPubSub(t)
@@ -59,7 +57,7 @@ func replayAll(t *testing.T, nd *test.Node, pub string) ([]string, echopubsub.Re
 }
 
 // TestReplayMarksWhatANodeMissedWhileAway: node 1 stops (gracefully) while
-// node 0 publishes five durable messages, then starts again on its file.
+// node 0 publishes five durable messages, then starts again on its store.
 // Its store has a hole: replay on node 1 shows one gap row of exactly five
 // messages, where they were, and everything else.
 func TestReplayMarksWhatANodeMissedWhileAway(t *testing.T) {
@@ -94,7 +92,7 @@ func TestReplayMarksWhatANodeMissedWhileAway(t *testing.T) {
 	if strings.Join(got, " ") != want || st.Gaps != 1 {
 		t.Fatalf("node 1 replayed %v (%+v); want a#1..3, one gap of what is missing, the rest", got, st)
 	}
-	// Node 0 published them all: its own file has no hole.
+	// Node 0 published them all: its own store has no hole.
 	if got, _ := replayAll(t, nodes[0], nodes[0].Addr); len(got) != 10 || strings.Contains(strings.Join(got, " "), "gap") {
 		t.Fatalf("node 0 replayed %v, want a#1..10", got)
 	}

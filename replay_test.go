@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
-	"github.com/echopubsub/echopubsub/store/bolt"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -67,7 +65,7 @@ func ackAll(t *testing.T, nd *test.Node, id string, o *owner) {
 // room stops at the first refused row, and the resume cursor brings the
 // next call back to exactly that row: every row once, in order.
 func TestReplayResumesAfterPressureRefusal(t *testing.T) {
-	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithMemStore(),
 		echopubsub.WithDurableTopics("room:*"))[0]
 	publishStamps(t, nd, "room:1", "p", 1, 12)
 	o := spawnOwner(t, nd, nil)
@@ -121,7 +119,7 @@ func TestReplayResumesAfterPressureRefusal(t *testing.T) {
 func TestReplayStopsAtFullReservationTable(t *testing.T) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue, cfg.MaxDeliveryReservations = 8, 10, 10
-	nd := test.StartCluster(t, 1, cfg, test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, cfg, test.WithMemStore(),
 		echopubsub.WithDurableTopics("room:1"))[0]
 	publishStamps(t, nd, "room:1", "p", 1, 6)
 	a, b := spawnOwner(t, nd, nil), spawnOwner(t, nd, nil)
@@ -154,7 +152,7 @@ func TestReplayStopsAtFullReservationTable(t *testing.T) {
 func TestReplayAuthorization(t *testing.T) {
 	errNo := errors.New("not a member of this room")
 	var denied string
-	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithMemStore(),
 		echopubsub.WithDurableTopics("room:*"),
 		echopubsub.WithAuthorizer(func(sessionID, stream string) error {
 			if sessionID == denied && stream == "room:secret" {
@@ -187,7 +185,7 @@ func TestReplayAuthorization(t *testing.T) {
 // TestReplayLimitsAndStreamEnds: bad limits, an empty stream, a cursor at
 // and past the end, a topic that is not durable, an unknown session.
 func TestReplayLimitsAndStreamEnds(t *testing.T) {
-	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithMemStore(),
 		echopubsub.WithDurableTopics("room:*"))[0]
 	o := spawnOwner(t, nd, nil)
 	id := openSession(t, nd, o, nil)
@@ -230,10 +228,7 @@ func TestReplayLimitsAndStreamEnds(t *testing.T) {
 // stream order, and is counted; a page refused before it leaves it for the
 // next call.
 func TestReplaySurfacesGaps(t *testing.T) {
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "n.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := test.NewMemStore()
 	t.Cleanup(func() { _ = store.Close() })
 	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:1"))[0]
 	publishStamps(t, nd, "room:1", "p", 1, 2)
@@ -261,10 +256,7 @@ func TestReplaySurfacesGaps(t *testing.T) {
 
 // TestDurableBroadcastFailsWhenTheAppendFails: nothing is broadcast.
 func TestDurableBroadcastFailsWhenTheAppendFails(t *testing.T) {
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "n.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := test.NewMemStore()
 	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:1"))[0]
 	c := nd.Subscribe(t, "room:1")
 	c2 := nd.Subscribe(t, "chat")
@@ -283,14 +275,13 @@ func TestDurableBroadcastFailsWhenTheAppendFails(t *testing.T) {
 	}
 }
 
-// TestReplayAfterFullClusterRestartBolt: both nodes publish durable
-// messages; each node's file holds what it published and what it received
+// TestReplayAfterFullClusterRestart: both nodes publish durable
+// messages; each node's store holds what it published and what it received
 // (appended by its worker before acknowledging each batch). Every node
-// stops gracefully, every node starts again on its own file, and a session
+// stops gracefully, every node starts again on its own store, and a session
 // on each node replays all 40, each publisher's in order, with no gap row:
 // a restart that lost nothing raises no alarm.
-func TestReplayAfterFullClusterRestartBolt(t *testing.T) {
-	dir := t.TempDir()
+func TestReplayAfterFullClusterRestart(t *testing.T) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue = 50, 100
 	nodes := test.StartCluster(t, 2, cfg)
@@ -298,11 +289,11 @@ func TestReplayAfterFullClusterRestartBolt(t *testing.T) {
 	start := func() {
 		for i, nd := range nodes {
 			nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"),
-				stores.Option(filepath.Join(dir, fmt.Sprint("node", i, ".db"))))
+				stores.Option(fmt.Sprint("node", i)))
 		}
 	}
 	// StartCluster gives every node the same options: restart each on its
-	// own file instead (the static membership lists both nodes).
+	// own store instead (the static membership lists both nodes).
 	for _, nd := range nodes {
 		nd.StopPubSub(t)
 	}
@@ -356,7 +347,7 @@ func addrsOf(nodes []*test.Node) []string {
 // appended (Broadcast, BroadcastFrom, BroadcastContext, a Broadcast sent to
 // PID), and DirectBroadcast and LocalBroadcast are not.
 func TestDurableBroadcastPaths(t *testing.T) {
-	nd := test.StartCluster(t, 1, replayConfig(), test.WithBoltStore(t, filepath.Join(t.TempDir(), "n.db")),
+	nd := test.StartCluster(t, 1, replayConfig(), test.WithMemStore(),
 		echopubsub.WithDurableTopics("room:1"))[0]
 	c := nd.Subscribe(t, "room:1")
 	ps := nd.PS

@@ -301,7 +301,7 @@ func TestGatewayReplay(t *testing.T) {
 		}
 		return nil
 	}
-	nodes := test.StartCluster(t, 1, sessionConfig(5, 20), test.WithBoltStore(t, t.TempDir()+"/store.db"),
+	nodes := test.StartCluster(t, 1, sessionConfig(5, 20), test.WithMemStore(),
 		echopubsub.WithDurableTopics("room"), echopubsub.WithAuthorizer(authorizer))
 	nd := nodes[0]
 	ps = nd.PS

@@ -20,6 +20,10 @@
 //     gateway, store/...), named after what they test (replay_test.go,
 //     gateway/cluster_test.go). A test needing a real outside server
 //     brings it up itself (store/postgres/pgtest, the Consul agent here).
+//     Durable tests of the root package run on MemStore, a node-local
+//     store in memory (the root module links no storage backend); a test
+//     that needs a backend's files across processes lives in that
+//     backend's module (store/bolt/restart_process_test.go).
 //   - Tests of what others get: module graphs, go get, the README's
 //     main.go: internal/modgraph and readme_test.go.
 //   - Browser and end-to-end tests, benchmarks against other systems: the

@@ -4,46 +4,33 @@ import (
 	"testing"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/store/bolt"
 )
 
-// Stores opens embedded stores (store/bolt) for one test, one per path,
-// and closes them when the test ends: a pubsub does not close the store it
-// was given (WithStore).
+// Stores holds one test's in-memory stores (MemStore), one per name, so
+// that a node stopped and started again (StopPubSub) finds its rows, as
+// it would on its file.
 type Stores struct {
 	t    testing.TB
-	open map[string]echopubsub.Store
+	open map[string]*MemStore
 }
 
 // NewStores returns t's stores.
 func NewStores(t testing.TB) *Stores {
-	s := &Stores{t: t, open: map[string]echopubsub.Store{}}
-	t.Cleanup(func() {
-		for _, st := range s.open {
-			_ = st.Close()
-		}
-	})
-	return s
+	return &Stores{t: t, open: map[string]*MemStore{}}
 }
 
-// Option opens the store at path and returns WithStore of it. A path
-// already open is closed first: a test that stopped a node's pubsub
-// (StopPubSub) starts it again on the same file this way.
-func (s *Stores) Option(path string) echopubsub.Option {
-	s.t.Helper()
-	if old, ok := s.open[path]; ok {
-		if err := old.Close(); err != nil {
-			s.t.Fatalf("close store %s: %v", path, err)
-		}
+// Option returns WithStore of the store called name: a new one the first
+// time; later, a new handle on the same rows (the previous handle is
+// closed, as a file is before it is opened again).
+func (s *Stores) Option(name string) echopubsub.Option {
+	st := NewMemStore()
+	if old, ok := s.open[name]; ok {
+		_ = old.Close()
+		st = old.Reopen()
 	}
-	st, err := bolt.Open(path)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.open[path] = st
+	s.open[name] = st
 	return echopubsub.WithStore(st)
 }
 
-// WithBoltStore is WithStore of an embedded store at path, closed when t
-// ends.
-func WithBoltStore(t testing.TB, path string) echopubsub.Option { return NewStores(t).Option(path) }
+// WithMemStore is WithStore of a new in-memory store.
+func WithMemStore() echopubsub.Option { return echopubsub.WithStore(NewMemStore()) }

@@ -320,9 +320,10 @@ func findChromium(t *testing.T) string {
 // package's directory, where `go test` runs it.
 var repoRoot = filepath.Join("..", "..", "..")
 
-// buildDemo builds ./cmd/demo in the library's module, as `go run
-// ./cmd/demo` does from the repository's root: the test runs the real demo,
-// with the library's own dependency versions (not this module's).
+// buildDemo builds ./cmd/demo (a module of its own) from the repository's
+// root, through its go.work, as `go run ./cmd/demo` does there: the test
+// runs the real demo, with the demo module's dependency versions (not this
+// module's).
 func buildDemo(t *testing.T) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")

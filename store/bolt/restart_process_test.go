@@ -1,4 +1,4 @@
-package echopubsub_test
+package bolt_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/store/bolt"
+	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
@@ -85,7 +86,7 @@ func runRestartChild(specJSON string) int {
 	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.ErrorLevel)))
 	r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", spec.Port, log))
 	r.Start()
-	cfg := fastConfig()
+	cfg := test.FastConfig()
 	cfg.SoftQueue, cfg.HardQueue = 500, 1000
 	store, err := bolt.Open(spec.Store)
 	if err != nil {
@@ -365,4 +366,11 @@ func describePubs(pubs map[string]*pubRecord) string {
 		s += fmt.Sprintf("%s: %d %d..%d ordered=%v; ", name, p.N, p.First, p.Last, p.Ordered)
 	}
 	return s
+}
+
+// pubRecord is what a replay handed of one publisher's stamps.
+type pubRecord struct {
+	N           int
+	First, Last uint64
+	Ordered     bool // each seq was the previous + 1
 }

@@ -1,0 +1,160 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/storekit"
+)
+
+// MemStore is a node-local echopubsub.Store in memory, for tests of the
+// durable behaviour that does not depend on a backend: it keeps rows and
+// producer positions as store/bolt does (gap rows included: it implements
+// the module's internal LocalStore) and passes store/storetest, but
+// nothing survives its process. Reopen gives a new handle on the same
+// rows, as reopening a file does; Close closes one handle.
+type MemStore struct {
+	d      *memData
+	closed atomic.Bool
+}
+
+type memData struct {
+	mu        sync.Mutex
+	streams   map[string][]echopubsub.Record
+	positions map[string]core.ProducerPosition
+}
+
+// NewMemStore returns an empty store.
+func NewMemStore() *MemStore {
+	return &MemStore{d: &memData{streams: map[string][]echopubsub.Record{}, positions: map[string]core.ProducerPosition{}}}
+}
+
+// Reopen returns a new open handle on s's rows (s may be closed).
+func (s *MemStore) Reopen() *MemStore { return &MemStore{d: s.d} }
+
+// Shared is false: the store belongs to one node.
+func (s *MemStore) Shared() bool { return false }
+
+// Close closes this handle: its later calls fail with ErrStoreClosed.
+func (s *MemStore) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// Append implements echopubsub.Store.
+func (s *MemStore) Append(ctx context.Context, recs []echopubsub.Record) error {
+	return s.AppendAt(ctx, recs, core.ProducerPosition{})
+}
+
+// AppendAt implements core.LocalStore (a zero pos records nothing).
+func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	for i := range recs {
+		if err := storekit.ValidateRecord(&recs[i]); err != nil {
+			return err
+		}
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for i := range recs {
+		recs[i].Cursor = s.d.add(recs[i])
+	}
+	s.d.record(pos)
+	return nil
+}
+
+// MarkGap implements core.LocalStore: gap goes to every stream held.
+func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	names := make([]string, 0, len(s.d.streams))
+	for n := range s.d.streams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		g := gap
+		g.Kind, g.Stream = echopubsub.RecordGap, n
+		s.d.add(g)
+	}
+	s.d.record(pos)
+	return nil
+}
+
+// Position implements core.LocalStore.
+func (s *MemStore) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+	if err := s.usable(ctx); err != nil {
+		return core.ProducerPosition{}, false, err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	p, ok := s.d.positions[memPositionKey(node, group)]
+	if !ok {
+		p = core.ProducerPosition{Node: node, Group: group}
+	}
+	return p, ok, nil
+}
+
+// Read implements echopubsub.Store.
+func (s *MemStore) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+	if limit <= 0 {
+		return nil, 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
+	}
+	if err := s.usable(ctx); err != nil {
+		return nil, 0, err
+	}
+	if from == 0 {
+		from = 1
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rows := s.d.streams[stream]
+	if end := uint64(len(rows)); from > end+1 {
+		return nil, 0, fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, end)
+	}
+	var out []echopubsub.Record
+	for _, r := range rows[from-1:] {
+		if len(out) == limit {
+			break
+		}
+		r.Payload = append([]byte(nil), r.Payload...)
+		out = append(out, r)
+	}
+	return out, from + uint64(len(out)), nil
+}
+
+func (s *MemStore) usable(ctx context.Context) error {
+	if s.closed.Load() {
+		return echopubsub.ErrStoreClosed
+	}
+	return ctx.Err()
+}
+
+// add appends r (a copy) to its stream and returns its cursor; d.mu held.
+func (d *memData) add(r echopubsub.Record) uint64 {
+	r.Payload = append([]byte(nil), r.Payload...)
+	r.Cursor = uint64(len(d.streams[r.Stream])) + 1
+	d.streams[r.Stream] = append(d.streams[r.Stream], r)
+	return r.Cursor
+}
+
+// record keeps pos (the zero position is none); d.mu held.
+func (d *memData) record(pos core.ProducerPosition) {
+	if pos != (core.ProducerPosition{}) {
+		d.positions[memPositionKey(pos.Node, pos.Group)] = pos
+	}
+}
+
+func memPositionKey(node string, group uint32) string { return fmt.Sprintf("%s/%d", node, group) }
+
+var _ core.LocalStore[echopubsub.Record] = (*MemStore)(nil)
