@@ -14,7 +14,7 @@ GO ?= go
 # versions a user who imports only the root package builds with (the
 # workspace would raise shared dependencies to the other modules'
 # versions).
-ROOT = GOWORK=off $(GO)
+ROOT = env GOWORK=off $(GO)
 MODS = gateway store/bolt cmd/demo
 E2E = test/e2e
 PG = store/postgres
