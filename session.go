@@ -104,8 +104,13 @@ type Envelope struct {
 	Payload []byte
 	// PayloadType is the message's full protobuf name.
 	PayloadType string
-	// Replayed marks a delivery of ReplaySession; Cursor is then the row's
-	// cursor in the store (see "Durable streams" in the package doc).
+	// Replayed marks a delivery of ReplaySession. Cursor is the message's
+	// row in this node's store, for every envelope of a durable topic,
+	// live or replayed, whose row the node's store holds: the node's own
+	// broadcasts and, with a node-local store (store/bolt), what it
+	// received (see "Durable streams" in the package doc). 0: not stored
+	// here (not durable, a request or a reply, or a peer's broadcast kept
+	// by a shared store: its cursor does not travel yet).
 	Replayed bool
 	Cursor   uint64
 }

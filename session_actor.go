@@ -169,7 +169,7 @@ func (a *sessionActor) envelope(d *messages.Delivery) *Envelope {
 		if !ok {
 			return nil // unsubscribed while this was on its way
 		}
-		env.Class, env.Context = spec.class, spec.context
+		env.Class, env.Context, env.Cursor = spec.class, spec.context, d.StoreCursor
 		a.body(env, d.Message, nil, "")
 	}
 	return env

@@ -215,6 +215,7 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 	if err := d.store.Append(ctx, recs); err != nil {
 		return fmt.Errorf("echopubsub: durable append to %q: %w", w.Topic, err)
 	}
+	w.StoreCursor = recs[0].Cursor
 	return nil
 }
 
@@ -253,7 +254,13 @@ func (d *durability) appendRows(appendFn func(context.Context, []Record) error, 
 	}
 	ctx, cancel := d.ctx()
 	defer cancel()
-	return appendFn(ctx, recs)
+	if err := appendFn(ctx, recs); err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Cursor = recs[i].Cursor
+	}
+	return nil
 }
 
 // Lost implements core.Durable: a gap row in every stream of a node-local

@@ -59,6 +59,9 @@ type Delivery struct {
 	Cursor      uint64
 	Topic       string
 	Local       bool
+	// StoreCursor is the message's row in this node's durable store, for a
+	// durable topic (0: not stored here).
+	StoreCursor uint64
 	// Message is the decoded payload (an *Undecodable when it could not be
 	// decoded). It is shared by every local subscriber: do not mutate it.
 	Message proto.Message

@@ -217,6 +217,9 @@ type Item struct {
 	Incarnation uint64
 	Cursor      uint64
 	Local       bool
+	// StoreCursor is the message's row in this node's durable store (0:
+	// none).
+	StoreCursor uint64
 }
 
 // Deliver sends it to every subscriber of its topic, subject to each
@@ -243,7 +246,7 @@ func (d *Dispatcher) Deliver(it *Item) {
 		if s.withMeta {
 			if meta == nil {
 				meta = &messages.Delivery{Node: it.Node, Group: it.Group, Incarnation: it.Incarnation,
-					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, Message: msg}
+					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Message: msg}
 			}
 			m = meta
 		}

@@ -337,7 +337,7 @@ func (p *producer) write(ctx actor.Context, w *core.Write) {
 	if e.OnlyNode == "" || e.OnlyNode == p.node {
 		p.delivered++
 		p.d.Deliver(&delivery.Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
-			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c})
+			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c, StoreCursor: e.StoreCursor})
 	}
 	p.armFlush(ctx)
 }

@@ -367,12 +367,14 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 			return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
 		}
 	}
+	var stored []uint64
 	if w.dur != nil {
-		if err := w.store(m, k); err != nil {
+		var err error
+		if stored, err = w.store(m, k); err != nil {
 			return w.reject("batch", m.ProducerNode, fmt.Errorf("durable store: %w", err))
 		}
 	}
-	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor,
+	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor, stored: stored,
 		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
 		types: make([]protoreflect.MessageType, len(m.PayloadTypes))}
 	if w.hook == nil {
@@ -389,9 +391,12 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 
 // store hands the batch's new durable entries (not direct ones) to the
 // durable store, with the producer's position after the batch, before any
-// is delivered: an acknowledged batch is stored.
-func (w *worker) store(m *messages.Batch, k *known) error {
+// is delivered: an acknowledged batch is stored. It returns each entry's
+// cursor in this node's store (indexed by the entry's position in the
+// batch; 0: not stored here), or nil when the batch stored nothing here.
+func (w *worker) store(m *messages.Batch, k *known) ([]uint64, error) {
 	var rows []core.Row
+	var at []int // rows[i] is entry at[i]
 	it := m.Entries()
 	c := m.FirstCursor
 	for {
@@ -405,11 +410,24 @@ func (w *worker) store(m *messages.Batch, k *known) error {
 			continue
 		}
 		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadTypes[ti], Payload: payload})
+		at = append(at, int(cur-m.FirstCursor))
 	}
 	if c <= k.expected {
-		return nil // nothing new: a redelivery
+		return nil, nil // nothing new: a redelivery
 	}
-	return w.dur.Received(core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: c}, rows)
+	if err := w.dur.Received(core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: c}, rows); err != nil {
+		return nil, err
+	}
+	var stored []uint64
+	for i, r := range rows {
+		if r.Cursor != 0 {
+			if stored == nil {
+				stored = make([]uint64, m.Len())
+			}
+			stored[at[i]] = r.Cursor
+		}
+	}
+	return stored, nil
 }
 
 // batchDelivery hands a batch's entries to this node's subscribers in
@@ -420,7 +438,8 @@ type batchDelivery struct {
 	m         *messages.Batch
 	k         *known
 	entries   messages.Cursor
-	next      uint64 // cursor of the next entry
+	next      uint64   // cursor of the next entry
+	stored    []uint64 // each entry's cursor in this node's store (worker.store), or nil
 	it        delivery.Item
 	types     []protoreflect.MessageType // resolved once per batch, when needed
 	delivered int64
@@ -449,7 +468,10 @@ func (d *batchDelivery) run(n int) bool {
 				}
 			}
 			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadTypes[ti], payload, d.types[ti]
-			d.it.Exclude, d.it.Cursor = exclude, c
+			d.it.Exclude, d.it.Cursor, d.it.StoreCursor = exclude, c, 0
+			if d.stored != nil {
+				d.it.StoreCursor = d.stored[c-d.m.FirstCursor]
+			}
 			w.d.Deliver(&d.it)
 			d.delivered++
 		}

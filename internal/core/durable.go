@@ -15,7 +15,7 @@ type Durable interface {
 	// is not queued.
 	Publish(ctx context.Context, w *Write) error
 	// Received appends rows (the batch's new durable entries, in cursor
-	// order; may be empty) and records p (the producer's next cursor after
+	// order; may be empty; it sets each one's Cursor) and records p (the producer's next cursor after
 	// the batch), before the batch is delivered and acknowledged. An error
 	// refuses the batch (the producer sends it again).
 	Received(p ProducerPos, rows []Row) error
@@ -49,6 +49,9 @@ type ProducerPos struct {
 type Row struct {
 	Topic, PayloadType string
 	Payload            []byte
+	// Cursor is set by Received: the row's cursor in this node's store (0:
+	// not stored here, a shared store's row appended by its publisher).
+	Cursor uint64
 }
 
 // LocalStore is what a node-local Store (Shared false) adds so that its

@@ -34,6 +34,9 @@ type Write struct {
 	// At is when Enqueue accepted it (Monotonic), inside the Broadcast call:
 	// the time that decides whether a joining node is owed it.
 	At int64
+	// StoreCursor is the row's cursor in this node's durable store, set by
+	// Durable.Publish when the write is durable (0: not stored).
+	StoreCursor uint64
 }
 
 // Epoch is the origin of Monotonic, fixed when the process starts.
