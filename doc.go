@@ -211,6 +211,13 @@
 //     from that node's cursors). A cursor past a stream's end is
 //     ErrCursorBeyondEnd, never an empty page that would skip.
 //
+// A session's envelope of a durable topic carries its row's cursor in the
+// node's store (Envelope.Cursor), live as well as replayed, whenever that
+// store holds the row: the node's own broadcasts, and with an embedded
+// store every message the node received. With a shared store a peer's
+// broadcast arrives live without its cursor (0) for now: the cursor does
+// not travel in the batch yet.
+//
 // What a node-local store missed is marked, never skipped: a gap row,
 // which ReplaySession hands the session as a *StreamGap (and counts in
 // ReplayStats.Gaps) before the rows after it. The node writes one into

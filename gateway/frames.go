@@ -220,8 +220,9 @@ type envelopeFrame struct {
 	Class      string            `json:"class"`
 	Context    map[string]string `json:"context,omitempty"`
 	Request    *requestInfo      `json:"request,omitempty"`
-	// Replayed marks a delivery of the replay command; Cursor is then the
-	// row's cursor in the store.
+	// Replayed marks a delivery of the replay command. Cursor is the
+	// row's cursor in the node's store, live or replayed, when the node's
+	// store holds it (Envelope.Cursor); absent otherwise.
 	Replayed    bool            `json:"replayed,omitempty"`
 	Cursor      uint64          `json:"cursor,omitempty"`
 	PayloadType string          `json:"payload_type"`

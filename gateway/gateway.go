@@ -458,9 +458,7 @@ func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 	if env.Class == echopubsub.ClassEphemeral {
 		f.Class = "ephemeral"
 	}
-	if env.Replayed {
-		f.Replayed, f.Cursor = true, env.Cursor
-	}
+	f.Replayed, f.Cursor = env.Replayed, env.Cursor
 	if rc, ok := echopubsub.RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
