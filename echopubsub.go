@@ -73,6 +73,7 @@ type options struct {
 	store     Store
 	durable   []string
 	authorize func(sessionID, stream string) error
+	retention Retention
 	unguarded bool
 }
 

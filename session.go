@@ -172,9 +172,28 @@ func WithEnvelopeContext(ctx map[string]string) SessionSubscribeOption {
 // WithClass sets the subscription's class. Defaults to Durable.
 func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.class = c } }
 
+// WithFrom makes a durable subscription start in the stream's past: the
+// session receives the stream's stored rows from cursor on (0 or 1: the
+// stream's start; an envelope's Cursor + 1 resumes after it), then the live
+// stream, in cursor order, with no gap and no duplicate at the handover,
+// whatever is published meanwhile. The rows go through the same
+// reservations and pressure rules as ReplaySession: a refusal for pressure
+// pauses the catch-up until acks free room; nothing is skipped. Gap rows
+// arrive as *StreamGap, rows no longer kept (WithRetention) as one
+// *StreamTruncated. The topic must be durable (WithDurableTopics) and the
+// session authorized for it (WithAuthorizer). Subscribing again with
+// WithFrom starts the catch-up again from the new cursor. Defaults to
+// live only (no catch-up).
+func WithFrom(cursor uint64) SessionSubscribeOption {
+	return func(s *subSpec) { s.from, s.catchUp = cursor, true }
+}
+
 type subSpec struct {
 	class   Class
 	context map[string]string
+	// WithFrom: catch up from the store's cursor from before live.
+	catchUp bool
+	from    uint64
 }
 
 // sessions is the session side of one PubSub.
