@@ -1,11 +1,14 @@
 package echopubsub_test
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -131,4 +134,104 @@ func TestWithFromCatchUpResumesAfterTheReservationTableWasFull(t *testing.T) {
 		acked = len(envs)
 	}
 	test.CheckFollowed(t, o.envelopes(), store, "room:1", 1, n)
+}
+
+// TestWithFromTellsGapRowsInOrder: a node-local store's gap row (messages
+// the node never got) reaches a catch-up as a *StreamGap between the rows
+// around it, and the envelopes keep their cursors: the gap is told, not
+// skipped over.
+func TestWithFromTellsGapRowsInOrder(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 50, 100
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+	publishStamps(t, nd, "room:1", "a", 1, 3)
+	ctx := replayCtx(t)
+	if err := store.MarkGap(ctx, echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 7, Reason: "test"},
+		core.ProducerPosition{}); err != nil {
+		t.Fatal(err)
+	}
+	publishStamps(t, nd, "room:1", "a", 4, 5)
+	o := spawnOwner(t, nd, func(e *echopubsub.Envelope) { _, _ = nd.PS.Ack(e.SessionID, e.DeliveryID) })
+	id := openSession(t, nd, o, nil)
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(2)); err != nil {
+		t.Fatal(err)
+	}
+	publishStamps(t, nd, "room:1", "a", 6, 6) // live, after the catch-up
+	waitEnvelopes(t, o, 5)
+	var got []string
+	for _, m := range o.all() {
+		switch m := m.(type) {
+		case *echopubsub.Envelope:
+			got = append(got, fmt.Sprintf("%d:%s", m.Cursor, stampOf(m)))
+		case *echopubsub.StreamGap:
+			got = append(got, fmt.Sprintf("gap%d:%s/%d", m.Cursor, m.Node, m.Missed))
+		default:
+			got = append(got, word(m))
+		}
+	}
+	want := "[2:a#2 3:a#3 gap4:peer/7 5:a#4 6:a#5 7:a#6]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+}
+
+// TestWithFromRefusals: WithFrom needs a durable topic, ClassDurable, an
+// authorized session and a cursor this store handed out; each refusal
+// names what is wrong, and subscribes nothing.
+func TestWithFromRefusals(t *testing.T) {
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"),
+		echopubsub.WithAuthorizer(func(_, stream string) error {
+			if stream == "room:secret" {
+				return errors.New("not yours")
+			}
+			return nil
+		}))[0]
+	publishStamps(t, nd, "room:1", "a", 1, 3)
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	for _, c := range []struct {
+		topic string
+		opts  []echopubsub.SessionSubscribeOption
+		want  error
+		text  string
+	}{
+		{"plain", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(1)}, echopubsub.ErrNoStore, `"plain"`},
+		{"room:1", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(1), echopubsub.WithClass(echopubsub.ClassEphemeral)}, nil, "ClassDurable"},
+		{"room:secret", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(1)}, echopubsub.ErrUnauthorized, "not yours"},
+		{"room:1", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(5)}, echopubsub.ErrCursorBeyondEnd, "WithFrom(5)"},
+	} {
+		err := nd.PS.SessionSubscribe(id, c.topic, c.opts...)
+		if err == nil || (c.want != nil && !errors.Is(err, c.want)) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s %d options: %v, want %v naming %s", c.topic, len(c.opts), err, c.want, c.text)
+		}
+	}
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(4)); err != nil { // the end + 1: nothing yet
+		t.Fatalf("WithFrom(end + 1): %v", err)
+	}
+	publishStamps(t, nd, "room:1", "a", 4, 4)
+	waitEnvelopes(t, o, 1)
+	if e := o.envelopes()[0]; e.Cursor != 4 || len(o.envelopes()) != 1 {
+		t.Fatalf("after WithFrom(4): %s", o.describe())
+	}
+}
+
+// TestWithFromAgainRestartsTheCatchUp: subscribing again WithFrom an
+// earlier cursor delivers the rows from there once more, then live.
+func TestWithFromAgainRestartsTheCatchUp(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 50, 100
+	nd, store, o, id := followOne(t, cfg, 5)
+	waitEnvelopes(t, o, 5)
+	ackEach(t, nd, id, o.envelopes())
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(3)); err != nil {
+		t.Fatal(err)
+	}
+	waitEnvelopes(t, o, 8)
+	publishStamps(t, nd, "room:1", "a", 6, 6)
+	waitEnvelopes(t, o, 9)
+	envs := o.envelopes()
+	test.CheckFollowed(t, envs[:5], store, "room:1", 1, 5)
+	test.CheckFollowed(t, envs[5:], store, "room:1", 3, 6)
 }
