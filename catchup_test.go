@@ -159,6 +159,14 @@ func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 	}
 	publishStamps(t, nd, "room:1", "a", 6, 6) // live, after the catch-up
 	waitEnvelopes(t, o, 5)
+	// A gap row while the session is live: the next live envelope comes
+	// after a hole that no live message fills; the session reads it.
+	if err := store.MarkGap(ctx, echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 2, Reason: "test"},
+		core.ProducerPosition{}); err != nil {
+		t.Fatal(err)
+	}
+	publishStamps(t, nd, "room:1", "a", 7, 7)
+	waitEnvelopes(t, o, 6)
 	var got []string
 	for _, m := range o.all() {
 		switch m := m.(type) {
@@ -170,7 +178,7 @@ func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 			got = append(got, word(m))
 		}
 	}
-	want := "[2:a#2 3:a#3 gap4:peer/7 5:a#4 6:a#5 7:a#6]"
+	want := "[2:a#2 3:a#3 gap4:peer/7 5:a#4 6:a#5 7:a#6 gap8:peer/2 9:a#7]"
 	if fmt.Sprint(got) != want {
 		t.Fatalf("got %v, want %s", got, want)
 	}
