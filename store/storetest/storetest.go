@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite of echopubsub.Store: every
 // implementation runs Run against real storage (store/bolt, the embedded
 // bbolt store; store/postgres, PostgreSQL), and the durable benchmarks
-// (BenchDurableBroadcast, BenchReplayPage) on it.
+// (BenchDurableBroadcast, BenchReplayPage) on it. The retention cases
+// (retention.go) run on a store that implements echopubsub.Trimmer.
 package storetest
 
 import (
@@ -259,6 +260,7 @@ func Run(t *testing.T, h Harness) {
 			t.Fatal("Read after Close: no error")
 		}
 	})
+	runRetention(t, h, open)
 	t.Run("CanceledContext", func(t *testing.T) {
 		s := open(t)
 		c, cancel := context.WithCancel(context.Background())
