@@ -296,7 +296,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 // first query: no row, next from (the caller reads again).
 func (s *Store) readEnd(ctx context.Context, stream string, from uint64) ([]echopubsub.Record, uint64, error) {
 	var (
-		last int64
+		last  int64
 		newer bool
 	)
 	err := s.pool.QueryRow(ctx, `SELECT last_cursor, EXISTS (SELECT 1 FROM `+s.records+` WHERE stream = $1 AND cursor >= $2)
