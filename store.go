@@ -209,13 +209,17 @@ type durability struct {
 	exact     map[string]bool
 	prefixes  []string
 	authorize func(sessionID, stream string) error
+	retention Retention // WithRetention (checked: the store is a Trimmer)
 }
 
 func newDurability(o *options) (*durability, error) {
 	if len(o.durable) > 0 && o.store == nil {
 		return nil, fmt.Errorf("echopubsub: WithDurableTopics %q needs WithStore", o.durable)
 	}
-	d := &durability{store: o.store, exact: map[string]bool{}, authorize: o.authorize}
+	if err := checkRetention(o); err != nil {
+		return nil, err
+	}
+	d := &durability{store: o.store, exact: map[string]bool{}, authorize: o.authorize, retention: o.retention}
 	for _, p := range o.durable {
 		switch {
 		case p == "" || p == "*":
