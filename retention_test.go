@@ -65,7 +65,9 @@ func TestRetentionTrimsARunningPubSub(t *testing.T) {
 		echopubsub.WithDurableTopics("room:*"), echopubsub.WithRetention(echopubsub.Retention{MaxRows: 5}))[0]
 	publishStamps(t, nd, "room:1", "p", 1, 12)
 	test.Eventually(t, 5*time.Second, func() bool { return firstKept(t, store, "room:1") == 8 },
-		func() string { return fmt.Sprintf("first kept %d, want 8 (12 rows, MaxRows 5)", firstKept(t, store, "room:1")) })
+		func() string {
+			return fmt.Sprintf("first kept %d, want 8 (12 rows, MaxRows 5)", firstKept(t, store, "room:1"))
+		})
 	// Trimming goes on: 3 more rows move the first kept to 11.
 	publishStamps(t, nd, "room:1", "p", 13, 15)
 	test.Eventually(t, 5*time.Second, func() bool { return firstKept(t, store, "room:1") == 11 },
