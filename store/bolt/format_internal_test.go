@@ -1,16 +1,15 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"path/filepath"
 	"testing"
-	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/store/storetest"
 )
 
 // encodeV1 is a record as format 1 wrote it (before append times).
@@ -51,28 +50,7 @@ func TestFormat1RowsReadAndTrim(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	recs, next, err := s.Read(ctx, "legacy", 0, 10)
-	if err != nil || len(recs) != 3 || next != 4 || !recs[0].Time.IsZero() || !bytes.Equal(recs[2].Payload, old.Payload) ||
-		recs[1].Origin != old.Origin || recs[1].PayloadType != old.PayloadType || recs[2].Cursor != 3 {
-		t.Fatalf("format 1 rows: %+v next %d err %v", recs, next, err)
-	}
-	// mixed: 3 untimed rows, one 2 h old, one new.
-	tooOld := old
-	tooOld.Stream, tooOld.Time = "mixed", time.Now().Add(-2*time.Hour)
-	fresh := old
-	fresh.Stream = "mixed"
-	if err := s.Append(ctx, []echopubsub.Record{tooOld, fresh}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Trim(ctx, echopubsub.Retention{MaxAge: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := echopubsub.Trimmed{Stream: "mixed", Rows: 4, Bytes: 4 * uint64(len(old.Payload)), FirstKept: 5}
-	if len(got) != 1 || got[0] != want {
-		t.Fatalf("Trim MaxAge 1h: %+v, want only %+v (untimed rows alone never go for their age)", got, want)
-	}
+	storetest.UntimedRows(t, s, old)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +58,7 @@ func TestFormat1RowsReadAndTrim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	ctx := context.Background()
 	if recs, next, err := s.Read(ctx, "mixed", 1, 10); err != nil || len(recs) != 1 || recs[0].Cursor != 5 || next != 6 {
 		t.Fatalf("mixed after trim and reopen: %+v next %d err %v", recs, next, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/store/storetest"
 )
 
 // TestRowsWithoutTimeReadAndTrim: rows of tables created before rows
@@ -41,21 +42,5 @@ func TestRowsWithoutTimeReadAndTrim(t *testing.T) {
 	s := open(t, p) // adds the column
 	defer s.Close()
 	old := echopubsub.Record{Kind: echopubsub.RecordMessage, Origin: "node-a:1", PayloadType: "test.Stamp", Payload: []byte("old")}
-	recs, next, err := s.Read(ctx, "legacy", 0, 10)
-	if err != nil || len(recs) != 3 || next != 4 || !recs[0].Time.IsZero() {
-		t.Fatalf("rows without a time: %+v next %d err %v", recs, next, err)
-	}
-	tooOld, fresh := old, old
-	tooOld.Stream, tooOld.Time, fresh.Stream = "mixed", time.Now().Add(-2*time.Hour), "mixed"
-	if err := s.Append(ctx, []echopubsub.Record{tooOld, fresh}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Trim(ctx, echopubsub.Retention{MaxAge: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := echopubsub.Trimmed{Stream: "mixed", Rows: 4, Bytes: 4 * uint64(len(old.Payload)), FirstKept: 5}
-	if len(got) != 1 || got[0] != want {
-		t.Fatalf("Trim MaxAge 1h: %+v, want only %+v (untimed rows alone never go for their age)", got, want)
-	}
+	storetest.UntimedRows(t, s, old)
 }
