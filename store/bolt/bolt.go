@@ -34,6 +34,10 @@ import (
 // Layout: bucket "streams" holds one bucket per stream, whose keys are the
 // 8-byte big-endian cursors (bbolt's bucket sequence, which a rolled-back
 // transaction does not advance) and whose values are encoded records.
+// Bucket "producers" holds the producer positions (LocalStore), apart from
+// the rows: retention (Trim) deletes rows only, and keeps each stream's
+// bucket, whose sequence is the stream's end, so that no cursor is handed
+// out twice and MarkGap still finds every stream.
 type Store struct {
 	db      *bbolt.DB
 	commits *storekit.GroupCommit[*boltAppend]
@@ -43,11 +47,13 @@ type boltAppend struct {
 	recs []echopubsub.Record
 	gap  *echopubsub.Record     // MarkGap: appended to every stream
 	pos  *core.ProducerPosition // AppendAt, MarkGap: recorded
+	trim *trimChunk             // Trim: one chunk of rows deleted
 }
 
 // synced reports whether a's transaction must be fsynced before it is
-// acknowledged: rows are; a position alone is not (see LocalStore).
-func (a *boltAppend) synced() bool { return len(a.recs) > 0 || a.gap != nil }
+// acknowledged: rows are, and deletions (a trim); a position alone is not
+// (see LocalStore).
+func (a *boltAppend) synced() bool { return len(a.recs) > 0 || a.gap != nil || a.trim != nil }
 
 var (
 	bucketStreams   = []byte("streams")
@@ -55,8 +61,13 @@ var (
 	bucketProducers = []byte("producers")
 )
 
-// boltFormat is the record encoding's version (first byte of each value).
-const boltFormat = 1
+// boltFormat is the record encoding's version (first byte of each value):
+// 2 adds the append time; values of format 1 (files written before) are
+// still read, with the zero Time.
+const (
+	boltFormat   = 2
+	boltFormatV1 = 1
+)
 
 // Open opens (or creates) the embedded store at path. It waits at
 // most 5 s for another process's lock on the file.
@@ -142,6 +153,12 @@ func (s *Store) submit(ctx context.Context, recs []echopubsub.Record, gap *echop
 			return err
 		}
 	}
+	storekit.Stamp(recs)
+	if gap != nil {
+		g := []echopubsub.Record{*gap}
+		storekit.Stamp(g)
+		gap = &g[0]
+	}
 	// The committer works on its own copy: a caller that gave up (ctx)
 	// must not see its records written to later.
 	a := &boltAppend{recs: append([]echopubsub.Record(nil), recs...), gap: gap, pos: pos}
@@ -172,6 +189,11 @@ func (s *Store) commit(batch []*boltAppend) error {
 			}
 			if a.gap != nil {
 				if err := gapTx(tx, a.gap); err != nil {
+					return err
+				}
+			}
+			if a.trim != nil {
+				if err := a.trim.run(tx); err != nil {
 					return err
 				}
 			}
@@ -245,7 +267,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 	}
 	var out []echopubsub.Record
 	next := from
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.db.View(func(tx *bbolt.Tx) error { // one snapshot: every row up to end is there or was trimmed
 		b := tx.Bucket(bucketStreams).Bucket([]byte(stream))
 		var end uint64 // last cursor handed out
 		if b != nil {
@@ -257,6 +279,9 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 		if b == nil {
 			return nil
 		}
+		// Rows below the first kept were trimmed: the page starts at the
+		// first kept row, and with none from from on, next is end + 1.
+		next = end + 1
 		c := b.Cursor()
 		for k, v := c.Seek(cursorKey(from)); k != nil && len(out) < limit; k, v = c.Next() {
 			r, err := decodeRecord(v)
@@ -290,12 +315,19 @@ func cursorKey(c uint64) []byte {
 	return k[:]
 }
 
-// encodeRecord: format byte, kind byte, then uvarint-length-prefixed
-// origin, payload type, payload and reason, and uvarint missed.
+// encodeRecord: format byte, kind byte, the append time (8 bytes
+// big-endian, Unix nanoseconds; 0: none), then uvarint-length-prefixed
+// origin, payload type, payload and reason, and uvarint missed. Format 1
+// had no time.
 func encodeRecord(r *echopubsub.Record) []byte {
-	n := 2 + 4*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason) + binary.MaxVarintLen64
+	n := 10 + 4*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason) + binary.MaxVarintLen64
 	b := make([]byte, 0, n)
 	b = append(b, boltFormat, byte(r.Kind))
+	var nanos uint64
+	if !r.Time.IsZero() {
+		nanos = uint64(r.Time.UnixNano())
+	}
+	b = binary.BigEndian.AppendUint64(b, nanos)
 	for _, f := range [][]byte{[]byte(r.Origin), []byte(r.PayloadType), r.Payload, []byte(r.Reason)} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
@@ -303,29 +335,59 @@ func encodeRecord(r *echopubsub.Record) []byte {
 	return binary.AppendUvarint(b, r.Missed)
 }
 
-func decodeRecord(b []byte) (echopubsub.Record, error) {
-	var r echopubsub.Record
-	if len(b) < 2 || b[0] != boltFormat {
-		return r, fmt.Errorf("record of unknown format")
+// parsed is an encoded record's parts, pointing into the encoding.
+type parsed struct {
+	kind   echopubsub.RecordKind
+	time   time.Time
+	fields [4][]byte // origin, payload type, payload, reason
+	missed uint64
+}
+
+func parseRecord(b []byte) (parsed, error) {
+	var p parsed
+	if len(b) < 2 || (b[0] != boltFormat && b[0] != boltFormatV1) {
+		return p, fmt.Errorf("record of unknown format")
 	}
-	r.Kind = echopubsub.RecordKind(b[1])
-	b = b[2:]
-	var fields [4][]byte
-	for i := range fields {
+	p.kind = echopubsub.RecordKind(b[1])
+	if b[0] == boltFormatV1 {
+		b = b[2:]
+	} else {
+		if len(b) < 10 {
+			return p, fmt.Errorf("truncated record")
+		}
+		if nanos := binary.BigEndian.Uint64(b[2:10]); nanos != 0 {
+			p.time = time.Unix(0, int64(nanos)).UTC()
+		}
+		b = b[10:]
+	}
+	for i := range p.fields {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < n {
-			return r, fmt.Errorf("truncated record")
+			return p, fmt.Errorf("truncated record")
 		}
-		fields[i] = b[k : k+int(n)]
+		p.fields[i] = b[k : k+int(n)]
 		b = b[k+int(n):]
 	}
 	missed, k := binary.Uvarint(b)
 	if k <= 0 {
-		return r, fmt.Errorf("truncated record")
+		return p, fmt.Errorf("truncated record")
 	}
-	r.Origin, r.PayloadType, r.Reason, r.Missed = string(fields[0]), string(fields[1]), string(fields[3]), missed
-	r.Payload = append([]byte(nil), fields[2]...) // bbolt's memory is valid only in its transaction
-	return r, nil
+	p.missed = missed
+	return p, nil
 }
 
-var _ core.LocalStore[echopubsub.Record] = (*Store)(nil)
+func decodeRecord(b []byte) (echopubsub.Record, error) {
+	p, err := parseRecord(b)
+	if err != nil {
+		return echopubsub.Record{}, err
+	}
+	return echopubsub.Record{Kind: p.kind, Time: p.time, Origin: string(p.fields[0]), PayloadType: string(p.fields[1]),
+		Reason: string(p.fields[3]), Missed: p.missed,
+		Payload: append([]byte(nil), p.fields[2]...), // bbolt's memory is valid only in its transaction
+	}, nil
+}
+
+var (
+	_ core.LocalStore[echopubsub.Record] = (*Store)(nil)
+	_ echopubsub.Trimmer                 = (*Store)(nil)
+)
