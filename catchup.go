@@ -51,6 +51,7 @@ type follow struct {
 	// waits to fill; hole is its timer.
 	ahead map[uint64]*Envelope
 	hole  *time.Timer
+	holeN *catchUpHole // the message hole sends: an older one is stale
 	// retry is the pending timer of a read that failed or came too early;
 	// backoff its next delay.
 	retry   *time.Timer
@@ -86,6 +87,7 @@ const (
 type caught struct {
 	f      *follow
 	row    bool
+	cursor uint64      // the row's (a StreamTruncated: the cursor it was read from)
 	env    *Envelope   // a message
 	notice interface{} // *StreamGap, *StreamTruncated
 }
@@ -118,6 +120,7 @@ func (a *sessionActor) following(topic string, spec subSpec) *follow {
 		f = nil
 	}
 	if f == nil && spec.catchUp {
+		// spec.from was checked by SessionSubscribe.
 		f = &follow{topic: topic, gen: spec.gen, context: spec.context, next: max(spec.from, 1), reading: true}
 		a.follows[topic] = f
 		a.pump()
@@ -177,9 +180,15 @@ func (a *sessionActor) aside(f *follow, env *Envelope) {
 	}
 	f.ahead[env.Cursor] = env
 	if f.hole == nil {
-		self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.next}
-		f.hole = time.AfterFunc(a.ps.rt.Cfg.BatchInterval+holeSlack, func() { root.Send(self, hole) })
+		a.armHole(f)
 	}
+}
+
+// armHole starts the wait for the hole at f.next to fill.
+func (a *sessionActor) armHole(f *follow) {
+	self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.next}
+	f.holeN = hole
+	f.hole = time.AfterFunc(a.ps.rt.Cfg.BatchInterval+holeSlack, func() { root.Send(self, hole) })
 }
 
 // released returns the envelopes aside that are now next, in cursor
@@ -193,7 +202,7 @@ func (f *follow) released() []*Envelope {
 	}
 	if len(f.ahead) == 0 && f.hole != nil {
 		f.hole.Stop()
-		f.hole = nil
+		f.hole, f.holeN = nil, nil
 	}
 	return out
 }
@@ -201,13 +210,12 @@ func (f *follow) released() []*Envelope {
 // holeStayed: the hole at h.next did not fill in time; read it.
 func (a *sessionActor) holeStayed(h *catchUpHole) {
 	f := h.f
-	if f.hole == nil || !a.current(f) || f.reading {
-		return
+	if f.holeN != h || !a.current(f) || f.reading {
+		return // stale: the hole filled, or a newer wait replaced this one
 	}
-	f.hole = nil
+	f.hole, f.holeN = nil, nil
 	if f.next != h.next && len(f.ahead) > 0 { // that hole filled, a newer one is open: give it its time
-		self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.next}
-		f.hole = time.AfterFunc(a.ps.rt.Cfg.BatchInterval+holeSlack, func() { root.Send(self, hole) })
+		a.armHole(f)
 		return
 	}
 	a.read(f)
@@ -224,7 +232,7 @@ func (a *sessionActor) read(f *follow) {
 func (f *follow) clearAhead() {
 	if f.hole != nil {
 		f.hole.Stop()
-		f.hole = nil
+		f.hole, f.holeN = nil, nil
 	}
 	f.ahead = nil
 }
@@ -274,30 +282,46 @@ func (a *sessionActor) step() {
 		a.pause(f)
 		return
 	}
-	f.backoff = 0
+	if f.claimed < f.next {
+		f.backoff = 0
+	}
+	// next moves past each row before it is handed: a row the engine
+	// takes at once must find itself below next (see passCaught).
 	if first, cut := truncation(f.next, rows, next); cut {
-		a.hand(&caught{f: f, row: true, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,
-			From: f.next, FirstKept: first}})
+		from := f.next
 		f.next = first
+		a.hand(&caught{f: f, row: true, cursor: from, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,
+			From: from, FirstKept: first}})
 	}
 	for i := range rows {
 		r := &rows[i]
+		f.next = r.Cursor + 1
 		if r.Kind == RecordGap {
-			a.hand(&caught{f: f, row: true, notice: &StreamGap{SessionID: a.s.ID(), Stream: f.topic, Cursor: r.Cursor,
+			a.hand(&caught{f: f, row: true, cursor: r.Cursor, notice: &StreamGap{SessionID: a.s.ID(), Stream: f.topic, Cursor: r.Cursor,
 				Node: r.Origin, Missed: r.Missed, Reason: r.Reason}})
 		} else {
 			env := a.ps.replayEnvelope(a.s.ID(), f.topic, a.rec.format, r)
 			env.Context = f.context
-			a.hand(&caught{f: f, row: true, env: env})
+			a.hand(&caught{f: f, row: true, cursor: r.Cursor, env: env})
 		}
-		f.next = r.Cursor + 1
+		if f.retry != nil { // parked (passCaught): the rest is read again after the pause
+			return
+		}
+	}
+	if f.retry != nil {
+		return
 	}
 	f.next = max(f.next, next)
 	if len(rows) < catchUpPage { // the stream's end, as the store has it now
 		if f.claimed >= f.next {
-			a.pause(f) // a live envelope named a row this read did not see yet
-			return
+			if f.backoff < catchUpRetryMax {
+				a.pause(f) // a live envelope named a row this read did not see yet
+				return
+			}
+			a.ps.rt.Log.Error().Str("session", a.s.ID()).Str("stream", f.topic).Uint64("claimed", f.claimed).
+				Uint64("next", f.next).Msg("session catch-up: a live envelope named a row the store does not hold; going live")
 		}
+		f.backoff, f.claimed = 0, 0
 		f.reading = false
 	}
 }
@@ -315,8 +339,10 @@ func (a *sessionActor) passCaught(c *caught) bool {
 	if !a.current(c.f) {
 		return true // the subscription it belonged to is gone
 	}
-	if !c.row && c.f.reading {
-		return true // a reading began behind it: it reaches this row
+	if c.cursor >= c.f.next && (c.row || c.f.reading) {
+		// a live envelope at or past where a reading begins (it reaches
+		// it), or a row read before the follow went back (parked)
+		return true
 	}
 	if c.notice != nil {
 		a.ps.sess.engine.Notify(a.s, c.notice)
@@ -336,11 +362,15 @@ func (a *sessionActor) passCaught(c *caught) bool {
 	switch a.ps.sess.engine.Catch(a.s, build) {
 	case session.Held:
 		return false
-	case session.Refused: // the node's reservation table is full: offer it again soon
-		p := sessionPacer{a.ps.rt.System}
-		p.Hold(a.s)
-		a.roomRetry = time.AfterFunc(catchUpRetryMin*5, func() { p.Room(a.s) })
-		return false
+	case session.Refused:
+		// The node's reservation table is full (or, without RoomWait,
+		// the session is at SoftQueue): the follow goes back to this row
+		// and reads it again after a pause; the rows held after it are
+		// passed over (cursor >= next), and the session's other topics go
+		// on meanwhile.
+		c.f.next, c.f.reading = c.cursor, true
+		c.f.clearAhead()
+		a.pause(c.f)
 	}
 	return true
 }
@@ -349,8 +379,5 @@ func (a *sessionActor) passCaught(c *caught) bool {
 func (a *sessionActor) stopFollowing() {
 	for _, f := range a.follows {
 		a.unfollow(f)
-	}
-	if a.roomRetry != nil {
-		a.roomRetry.Stop()
 	}
 }

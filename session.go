@@ -176,15 +176,18 @@ func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.cla
 // stream's start; an envelope's Cursor + 1 resumes after it), then the live
 // stream, in cursor order, with no gap and no duplicate at the handover,
 // whatever is published meanwhile. Rows read from the store are marked
-// Replayed. Each is a durable delivery that never takes the session above
-// SoftQueue: at SoftQueue, or with the node's reservation table full, the
-// catch-up waits for acks and goes on from the same row; nothing is
-// skipped, and a slow owner is never closed by its catch-up. Gap rows
+// Replayed. Each is a durable delivery paced as a live one is: at
+// SoftQueue the catch-up waits for acks, and an owner that acks nothing
+// for RoomWait (one that acks in groups) gets one more row per RoomWait,
+// never up to HardQueue: a catch-up never closes a session. With the
+// node's reservation table full (or RoomWait 0 and the session at
+// SoftQueue) the catch-up pauses and retries from the same row while the
+// session's other topics go on. Nothing is skipped. Gap rows
 // arrive as *StreamGap, rows no longer kept (WithRetention) as one
 // *StreamTruncated. A DirectBroadcast to the topic, which is not stored,
 // is delivered as it comes (Cursor 0). Subscribing again with WithFrom
-// starts the catch-up again from the new cursor; without it, the
-// subscription goes on live only.
+// starts the catch-up again from the new cursor; without it, only the
+// other options change and the subscription goes on from where it is.
 //
 // SessionSubscribe refuses WithFrom for a topic that is not durable
 // (ErrNoStore), a class other than ClassDurable, a session the authorizer
@@ -400,7 +403,15 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 		return err
 	}
 	defer rec.subMu.Unlock()
-	_, already := old[topic]
+	prev, already := old[topic]
+	if already && prev.catchUp && !spec.catchUp {
+		// New options for a WithFrom subscription: it goes on from where
+		// it is (what it holds back waits for its turn, not dropped).
+		if spec.class != ClassDurable {
+			return fmt.Errorf("echopubsub: %q is a WithFrom subscription: it stays ClassDurable, got %s", topic, spec.class)
+		}
+		spec.catchUp, spec.from, spec.gen = true, prev.from, prev.gen
+	}
 	next := maps.Clone(old)
 	if next == nil {
 		next = map[string]subSpec{}

@@ -2,7 +2,6 @@ package echopubsub
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -46,11 +45,9 @@ type sessionActor struct {
 	// after it (see "Pacing" in package session).
 	held []interface{}
 	// follows are the session's WithFrom subscriptions (catchup.go), by
-	// topic; stepQueued: a catchUpStep is on its way; roomRetry wakes the
-	// actor after a catch-up row found the reservation table full.
+	// topic; stepQueued: a catchUpStep is on its way.
 	follows    map[string]*follow
 	stepQueued bool
-	roomRetry  *time.Timer
 	self       *actor.PID
 }
 
@@ -139,9 +136,9 @@ func (a *sessionActor) deliver(d *messages.Delivery) {
 	case env.Cursor != f.next-1: // above next: aside until the hole before it fills
 		a.aside(f, env)
 	default:
-		a.hand(&caught{f: f, env: env})
+		a.hand(&caught{f: f, cursor: env.Cursor, env: env})
 		for _, e := range f.released() {
-			a.hand(&caught{f: f, env: e})
+			a.hand(&caught{f: f, cursor: e.Cursor, env: e})
 		}
 	}
 }

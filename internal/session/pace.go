@@ -39,7 +39,7 @@ func (e *Engine) hold(s *Session) bool {
 	if s.stalled || len(s.res) < e.lim.SoftQueue {
 		return false
 	}
-	if !s.waiting || s.wait == nil {
+	if !s.waiting {
 		s.waiting = true
 		s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
 	}

@@ -1,5 +1,7 @@
 package session
 
+import "time"
+
 // Offer hands one replayed durable delivery to s's owner when the session's
 // pressure rules let it in without raising pressure: the session's pending
 // count stays at or below SoftQueue, and the node-wide table has room.
@@ -27,34 +29,39 @@ func (e *Engine) Offer(s *Session, build func(deliveryID uint64) interface{}) Ou
 }
 
 // Catch hands one catch-up row (a WithFrom subscription reading the store)
-// to s's owner under Offer's rule, never above SoftQueue, and waits for
-// room where Offer refuses: a row that would take pending above SoftQueue
-// is Held (nothing sent; the pacer's Room comes once acks bring pending
-// down to SoftQueue/2 or the session closes, and Catch is called again
-// with the same row). The owner never stalls a catch-up into delivering
-// on: the rows wait in the store, not in memory. A full reservation table
-// is Refused (the session was told, as for a live delivery): offer the row
-// again later. Without a pacer, a row at SoftQueue is Refused as well.
+// to s's owner, paced much as a live durable delivery is (Pace): at
+// SoftQueue it is Held until acks make room. An owner that acks nothing
+// for Limits.Wait (one that acks in groups larger than what it was given)
+// gets one more row per Wait, never up to HardQueue: a catch-up never
+// closes a session, its rows wait in the store. Unlike Pace, without pacing (no pacer, or Limits.Wait 0) a row that
+// would take pending above SoftQueue is Refused instead of counting
+// against HardQueue: the rows wait in the store, and the caller offers the
+// row again later. A full reservation table is Refused too (the session
+// was told, as for a live delivery).
 func (e *Engine) Catch(s *Session, build func(deliveryID uint64) interface{}) Outcome {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.open {
+		s.mu.Unlock()
 		return NotOpen
 	}
 	if len(s.res)+1 > e.lim.SoftQueue {
-		if e.pacer == nil {
+		if e.pacer == nil || e.lim.Wait <= 0 {
+			s.mu.Unlock()
 			return Refused
 		}
-		if !s.waiting { // without the stall timer: a catch-up waits for acks
-			s.waiting, s.wait = true, nil
+		if s.stalled && len(s.res)+1 < e.lim.HardQueue {
+			s.stalled = false // one row per stall: the next waits again
+		} else {
+			s.stalled = false
+			if !s.waiting {
+				s.waiting = true
+				s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
+			}
+			e.pacer.Hold(s)
+			s.mu.Unlock()
+			return Held
 		}
-		e.pacer.Hold(s)
-		return Held
 	}
-	id, ok := e.reserve(s)
-	if !ok {
-		return Refused
-	}
-	e.out.Send(s.owner, build(id))
-	return Delivered
+	s.mu.Unlock()
+	return e.deliver(s, true, false, build)
 }
