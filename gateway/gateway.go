@@ -324,7 +324,7 @@ type socket struct {
 // by the writer), or raw JSON.
 type outFrame struct {
 	env    *echopubsub.Envelope
-	notice interface{} // a notice message, or a *echopubsub.StreamGap
+	notice interface{} // a notice message, a *echopubsub.StreamGap or a *echopubsub.StreamTruncated
 	raw    []byte
 }
 
@@ -341,7 +341,7 @@ func (s *socket) receive(ctx actor.Context) {
 		s.send(outFrame{env: m})
 	case *messages.SessionPressure, *messages.CursorExpired, *messages.BackPressure:
 		s.send(outFrame{notice: m})
-	case *echopubsub.StreamGap:
+	case *echopubsub.StreamGap, *echopubsub.StreamTruncated:
 		s.send(outFrame{notice: m})
 	case *ownerFrame:
 		s.send(outFrame{raw: m.raw})
@@ -490,6 +490,10 @@ func (s *socket) encodeNotice(n interface{}) []byte {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_gap", Notice: mustJSON(streamGapJSON{SessionID: g.SessionID,
 			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason})})
 	}
+	if tr, ok := n.(*echopubsub.StreamTruncated); ok {
+		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_truncated", Notice: mustJSON(streamTruncatedJSON{
+			SessionID: tr.SessionID, Stream: tr.Stream, From: tr.From, FirstKept: tr.FirstKept})})
+	}
 	m, ok := n.(proto.Message)
 	if !ok {
 		return mustJSON(errorFrame{Type: "error", Code: CodeInternal, Message: fmt.Sprintf("unknown notice %T", n)})
@@ -598,6 +602,9 @@ func (s *socket) run(f *clientFrame) *frameError {
 		opts := []echopubsub.SessionSubscribeOption{echopubsub.WithEnvelopeContext(f.context)}
 		if f.Class == "ephemeral" {
 			opts = append(opts, echopubsub.WithClass(echopubsub.ClassEphemeral))
+		}
+		if f.from != nil { // absent: live only
+			opts = append(opts, echopubsub.WithFrom(*f.from))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -722,6 +729,12 @@ func libErr(err error) *frameError {
 		code = CodeTooManyItems
 	case errors.Is(err, echopubsub.ErrStopped), errors.Is(err, echopubsub.ErrBusy):
 		code = CodeUnavailable
+	case errors.Is(err, echopubsub.ErrNoStore):
+		code = CodeReplayUnavailable
+	case errors.Is(err, echopubsub.ErrUnauthorized):
+		code = CodeUnauthorized
+	case errors.Is(err, echopubsub.ErrCursorBeyondEnd):
+		code = CodeCursorBeyondEnd
 	}
 	return ferr(code, "%s", clip(err.Error()))
 }
