@@ -54,6 +54,8 @@ export class GatewayClient {
   //     state "connecting", "open", "reconnecting" (delayMs until the next
   //     try) or "disconnected" (disconnect()).
   //   onAck({topic, cursor, deliveryId, pending}): a message was acked.
+  //   onPending(n): the session's pending count changed (an envelope
+  //     arrived, an ack was answered).
   //   onEnvelope(msg): envelopes of no subscription (requests, replies to
   //     this session); they are acked after it resolves. Default: onError.
   //   backoff: {initialMs, maxMs, factor, jitter} (defaults.backoff).
@@ -133,6 +135,13 @@ export class GatewayClient {
     return this.connected ? this.command({ op: "unsubscribe", topic }) : Promise.resolve();
   }
 
+  // backlog is how many of topic's messages arrived and wait for their
+  // handler.
+  backlog(topic) {
+    const sub = this.subs.get(topic);
+    return sub ? sub.queue.length : 0;
+  }
+
   // cursor is the last acked cursor of topic (0: none yet).
   cursor(topic) {
     const sub = this.subs.get(topic);
@@ -179,7 +188,7 @@ export class GatewayClient {
     this.gen++; // frames and acks of the old session are void from here
     this.ws = null;
     this.sessionId = "";
-    this.pending = 0;
+    this._pending(0);
     for (const sub of this.subs.values()) sub.queue = []; // not handled: they come again
     const why = `socket closed: ${ev.code}${ev.reason ? " " + ev.reason : ""}`;
     for (const c of this.commands.values()) c.reject(new GatewayError("disconnected", why, c.op));
@@ -268,7 +277,7 @@ export class GatewayClient {
   }
 
   _envelope(f, gen) {
-    if (f.delivery_id > 0) this.pending++;
+    if (f.delivery_id > 0) this._pending(this.pending + 1);
     const msg = {
       topic: f.topic, cursor: f.cursor || 0, deliveryId: f.delivery_id, replayed: !!f.replayed, class: f.class,
       context: f.context || {}, payloadType: f.payload_type, payload: f.payload, payloadError: f.payload_error,
@@ -331,9 +340,14 @@ export class GatewayClient {
     if (!(msg.deliveryId > 0) || gen !== this.gen) return; // ephemeral, or its session is gone
     this.command({ op: "ack", delivery_id: msg.deliveryId }).then((res) => {
       if (gen !== this.gen) return;
-      this.pending = res.pending;
+      this._pending(res.pending);
       if (this.options.onAck) this.options.onAck({ topic: msg.topic, cursor: msg.cursor, deliveryId: msg.deliveryId, pending: res.pending });
     }, (e) => { if (e.code !== "disconnected") this._error(e); });
+  }
+
+  _pending(n) {
+    this.pending = n;
+    if (this.options.onPending) this.options.onPending(n);
   }
 
   _notice(n) {
