@@ -22,7 +22,7 @@ func TestScanRequestAgreesWithProto(t *testing.T) {
 		b := &messages.Batch{ProtocolVersion: 1, PubsubName: "scores",
 			ProducerNode: rapid.SampledFrom([]string{"", "a:1", "b:2"}).Draw(t, label+"node")}
 		for i, n := 0, rapid.IntRange(0, 20).Draw(t, label+"n"); i < n; i++ {
-			b.Add("t", "x.Y", make([]byte, rapid.IntRange(0, 300).Draw(t, label+"size")), "", "")
+			b.Add("t", "x.Y", make([]byte, rapid.IntRange(0, 300).Draw(t, label+"size")), "", "", 0)
 		}
 		return b
 	}

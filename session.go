@@ -191,9 +191,11 @@ func WithFrom(cursor uint64) SessionSubscribeOption {
 type subSpec struct {
 	class   Class
 	context map[string]string
-	// WithFrom: catch up from the store's cursor from before live.
+	// WithFrom: catch up from the store's cursor from before live; gen
+	// tells this subscription from an earlier one (followGen).
 	catchUp bool
 	from    uint64
+	gen     uint64
 }
 
 // sessions is the session side of one PubSub.
@@ -310,7 +312,8 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 }
 
 func (ps *PubSub) spawnSessionActor(s *session.Session, rec *sessionRec) (*actor.PID, error) {
-	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + s.ID(), seen: map[origin]position{}}
+	a := &sessionActor{ps: ps, s: s, rec: rec, inbox: SessionInboxPrefix + s.ID(), seen: map[origin]position{},
+		follows: map[string]*follow{}}
 	props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithMailbox(SubscriberMailbox()),
 		supervision.IgnorePoisonPill())
 	res, err := ps.rt.System.Root.RequestFuture(ps.sess.manager, &spawnSession{props: props}, ps.rt.Cfg.CallTimeout).Result()
@@ -360,7 +363,9 @@ func (ps *PubSub) session(id string) (*session.Session, *sessionRec, error) {
 
 // SessionSubscribe makes session id receive every message broadcast on
 // topic (from any node), as envelopes. Subscribing again to the same topic
-// only replaces its options.
+// only replaces its options (and WithFrom starts a catch-up again).
+// Errors: ErrEmptyTopic, ErrReservedTopic, ErrUnknownSession, and for
+// WithFrom ErrNoStore, ErrUnauthorized, ErrCursorBeyondEnd and the store's.
 func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOption) error {
 	if topic == "" {
 		return ErrEmptyTopic
@@ -378,6 +383,12 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 	if spec.class != ClassDurable && spec.class != ClassEphemeral {
 		return fmt.Errorf("echopubsub: Class must be Durable or Ephemeral, got %d", int(spec.class))
 	}
+	if spec.catchUp {
+		if err := ps.checkFrom(id, topic, spec); err != nil {
+			return err
+		}
+		spec.gen = followGen.Add(1)
+	}
 	rec, old, err := ps.lockSubs(id)
 	if err != nil {
 		return err
@@ -390,12 +401,41 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 	}
 	next[topic] = spec
 	rec.subs.Store(&next) // before subscribing: the first delivery finds its options
-	if already {
-		return nil
+	if !already {
+		if err := ps.Subscribe(rec.actor.Load(), topic, WithMetadata()); err != nil {
+			rec.subs.Store(&old)
+			return err
+		}
 	}
-	if err := ps.Subscribe(rec.actor.Load(), topic, WithMetadata()); err != nil {
-		rec.subs.Store(&old)
+	if spec.catchUp { // the catch-up starts now, even if nothing is published
+		ps.rt.System.Root.Send(rec.actor.Load(), &catchUpStart{topic: topic, gen: spec.gen})
+	}
+	return nil
+}
+
+// checkFrom refuses a WithFrom subscription that cannot catch up: the
+// topic is not durable, the class is not Durable (a catch-up paces on
+// reservations), the session may not read the stream (WithAuthorizer), or
+// the cursor is past the stream's end (not one this store handed out).
+func (ps *PubSub) checkFrom(id, topic string, spec subSpec) error {
+	if spec.class != ClassDurable {
+		return fmt.Errorf("echopubsub: WithFrom needs ClassDurable (a catch-up waits on acks), got %s", spec.class)
+	}
+	if _, _, err := ps.session(id); err != nil {
 		return err
+	}
+	if !ps.dur.durable(topic) {
+		return fmt.Errorf("%w: WithFrom on %q", ErrNoStore, topic)
+	}
+	if auth := ps.dur.authorize; auth != nil {
+		if err := auth(id, topic); err != nil {
+			return fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, topic, err)
+		}
+	}
+	ctx, cancel := ps.dur.ctx()
+	defer cancel()
+	if _, _, err := ps.dur.store.Read(ctx, topic, spec.from, 1); err != nil {
+		return fmt.Errorf("echopubsub: WithFrom(%d) on %q: %w", spec.from, topic, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package echopubsub
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +45,13 @@ type sessionActor struct {
 	// engine held (session.Held), and what this actor took from its mailbox
 	// after it (see "Pacing" in package session).
 	held []interface{}
+	// follows are the session's WithFrom subscriptions (catchup.go), by
+	// topic; stepQueued: a catchUpStep is on its way; roomRetry wakes the
+	// actor after a catch-up row found the reservation table full.
+	follows    map[string]*follow
+	stepQueued bool
+	roomRetry  *time.Timer
+	self       *actor.PID
 }
 
 // sessionRoom wakes a session actor whose delivery was held: the engine
@@ -89,7 +97,10 @@ type position struct{ incarnation, cursor uint64 }
 func (a *sessionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		a.self = ctx.Self()
 		ctx.Watch(a.s.Owner())
+	case *actor.Stopping:
+		a.stopFollowing()
 	case *actor.Terminated:
 		if m.Who.Equal(a.s.Owner()) {
 			a.ps.sess.engine.Close(a.s.ID(), messages.SessionCloseReason_SESSION_CLOSE_REASON_OWNER_STOPPED, "owner stopped")
@@ -102,12 +113,28 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		a.hand(m)
 	case *sessionRoom:
 		a.flush()
+	case *catchUpStart:
+		if spec, ok := (*a.rec.subs.Load())[m.topic]; ok && spec.catchUp && spec.gen == m.gen {
+			a.following(m.topic, spec)
+		}
+	case *catchUpStep:
+		a.step()
+	case *catchUpRetry:
+		if m.f.retry != nil {
+			m.f.retry = nil
+			a.pump()
+		}
 	}
 }
 
 // deliver hands d's envelope on, unless the session does not take it.
 func (a *sessionActor) deliver(d *messages.Delivery) {
-	if env := a.envelope(d); env != nil {
+	env, f := a.envelope(d)
+	switch {
+	case env == nil:
+	case f != nil:
+		a.hand(&caught{f: f, env: env})
+	default:
 		a.hand(env)
 	}
 }
@@ -134,10 +161,14 @@ func (a *sessionActor) flush() {
 		a.held[i] = nil
 	}
 	a.held = a.held[:0]
+	a.pump()
 }
 
 // pass hands item to the engine; false: held, pass it again after room.
 func (a *sessionActor) pass(item interface{}) bool {
+	if c, ok := item.(*caught); ok {
+		return a.passCaught(c)
+	}
 	env, ok := item.(*Envelope)
 	if !ok {
 		a.ps.sess.engine.Notify(a.s, item)
@@ -150,29 +181,36 @@ func (a *sessionActor) pass(item interface{}) bool {
 }
 
 // envelope makes d's envelope, or nil when the session does not take it (a
-// redelivery, unsubscribed, a malformed request).
-func (a *sessionActor) envelope(d *messages.Delivery) *Envelope {
+// redelivery, unsubscribed, a malformed request, a row a WithFrom
+// subscription gets from the store). f is the envelope's WithFrom
+// subscription, when it has one and a cursor.
+func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow) {
 	if !d.Local {
 		k := origin{d.Node, d.Group}
 		if p, ok := a.seen[k]; ok && p.incarnation == d.Incarnation && d.Cursor <= p.cursor {
-			return nil // a redelivery of what this session was already handed
+			return nil, nil // a redelivery of what this session was already handed
 		}
 		a.seen[k] = position{d.Incarnation, d.Cursor}
 	}
-	env := &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
+	env = &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
 	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
 		if !a.fromInbox(env, sm, d.Node) {
-			return nil
+			return nil, nil
 		}
-	} else {
-		spec, ok := (*a.rec.subs.Load())[d.Topic]
-		if !ok {
-			return nil // unsubscribed while this was on its way
-		}
-		env.Class, env.Context, env.Cursor = spec.class, spec.context, d.StoreCursor
-		a.body(env, d.Message, nil, "")
+		return env, nil
 	}
-	return env
+	spec, ok := (*a.rec.subs.Load())[d.Topic]
+	if !ok {
+		return nil, nil // unsubscribed while this was on its way
+	}
+	if spec.catchUp && d.StoreCursor != 0 {
+		if f = a.following(d.Topic, spec); !a.admit(f, d.StoreCursor) {
+			return nil, nil
+		}
+	}
+	env.Class, env.Context, env.Cursor = spec.class, spec.context, d.StoreCursor
+	a.body(env, d.Message, nil, "")
+	return env, f
 }
 
 // body fills Event, Payload and PayloadType as the session's format asks.

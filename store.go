@@ -216,6 +216,9 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 		return fmt.Errorf("echopubsub: durable append to %q: %w", w.Topic, err)
 	}
 	w.StoreCursor = recs[0].Cursor
+	if d.store.Shared() {
+		w.SharedCursor = w.StoreCursor
+	}
 	return nil
 }
 

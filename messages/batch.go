@@ -11,18 +11,19 @@ var ErrBadBatch = errors.New("messages: malformed batch")
 // AddEntry appends e to the batch's columns. The payload bytes are copied
 // into the batch, which is then independent of e.
 func (b *Batch) AddEntry(e *Entry) {
-	b.Add(e.Topic, e.PayloadType, e.Payload, e.Exclude, e.OnlyNode)
+	b.Add(e.Topic, e.PayloadType, e.Payload, e.Exclude, e.OnlyNode, 0)
 }
 
-// Add appends one entry to the batch's columns.
-func (b *Batch) Add(topic, payloadType string, payload []byte, exclude, onlyNode string) {
+// Add appends one entry to the batch's columns. storeCursor is the entry's
+// row in a shared durable store (0: none).
+func (b *Batch) Add(topic, payloadType string, payload []byte, exclude, onlyNode string, storeCursor uint64) {
 	i := uint32(len(b.PayloadSize))
 	b.TopicIndex = append(b.TopicIndex, intern(&b.Topics, topic))
 	b.TypeIndex = append(b.TypeIndex, intern(&b.PayloadTypes, payloadType))
 	b.PayloadSize = append(b.PayloadSize, uint32(len(payload)))
 	b.Payloads = append(b.Payloads, payload...)
-	if exclude != "" || onlyNode != "" {
-		b.Options = append(b.Options, &EntryOption{Index: i, Exclude: exclude, OnlyNode: onlyNode})
+	if exclude != "" || onlyNode != "" || storeCursor != 0 {
+		b.Options = append(b.Options, &EntryOption{Index: i, Exclude: exclude, OnlyNode: onlyNode, StoreCursor: storeCursor})
 	}
 }
 
@@ -81,6 +82,8 @@ type Cursor struct {
 	b      *Batch
 	i, off int
 	opt    int
+	// stored is the store cursor of the entry Next returned last.
+	stored uint64
 }
 
 // Entries returns a Cursor at the batch's first entry. Validate first.
@@ -93,17 +96,23 @@ func (c *Cursor) Next() (topic string, typeIndex uint32, payload []byte, exclude
 	if c.i >= len(b.PayloadSize) {
 		return "", 0, nil, "", "", false
 	}
+	c.stored = 0
 	size := int(b.PayloadSize[c.i])
 	payload = b.Payloads[c.off : c.off+size : c.off+size]
 	topic, typeIndex = b.Topics[b.TopicIndex[c.i]], b.TypeIndex[c.i]
 	if c.opt < len(b.Options) && int(b.Options[c.opt].Index) == c.i {
-		exclude, onlyNode = b.Options[c.opt].Exclude, b.Options[c.opt].OnlyNode
+		o := b.Options[c.opt]
+		exclude, onlyNode, c.stored = o.Exclude, o.OnlyNode, o.StoreCursor
 		c.opt++
 	}
 	c.i++
 	c.off += size
 	return topic, typeIndex, payload, exclude, onlyNode, true
 }
+
+// StoreCursor is the shared store's cursor of the entry Next returned last
+// (0: none).
+func (c *Cursor) StoreCursor() uint64 { return c.stored }
 
 // Entry returns entry i as a value (tests and tools; the hot path uses
 // Entries). The batch must be valid.

@@ -600,12 +600,17 @@ func (x *Batch) GetOptions() []*EntryOption {
 	return nil
 }
 
-// EntryOption is the exclude / only_node of entry `index` of a Batch.
+// EntryOption is the exclude / only_node / store_cursor of entry `index`
+// of a Batch.
 type EntryOption struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Exclude       string                 `protobuf:"bytes,2,opt,name=exclude,proto3" json:"exclude,omitempty"`
-	OnlyNode      string                 `protobuf:"bytes,3,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Index    uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Exclude  string                 `protobuf:"bytes,2,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	OnlyNode string                 `protobuf:"bytes,3,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	// The entry's row in the cluster's shared durable store (0: none): the
+	// same row on every node, so a receiver's envelopes carry it too. A
+	// node-local store's cursors do not travel.
+	StoreCursor   uint64 `protobuf:"varint,4,opt,name=store_cursor,json=storeCursor,proto3" json:"store_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -659,6 +664,13 @@ func (x *EntryOption) GetOnlyNode() string {
 		return x.OnlyNode
 	}
 	return ""
+}
+
+func (x *EntryOption) GetStoreCursor() uint64 {
+	if x != nil {
+		return x.StoreCursor
+	}
+	return 0
 }
 
 // Register is the handshake a producer sends to a node's worker before any
@@ -2007,11 +2019,12 @@ const file_echopubsub_proto_rawDesc = "" +
 	"type_index\x18\v \x03(\rR\ttypeIndex\x12!\n" +
 	"\fpayload_size\x18\f \x03(\rR\vpayloadSize\x12\x1a\n" +
 	"\bpayloads\x18\r \x01(\fR\bpayloads\x124\n" +
-	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"Z\n" +
+	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"}\n" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\"\xfb\x03\n" +
+	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\x12!\n" +
+	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\"\xfb\x03\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +

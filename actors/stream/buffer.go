@@ -19,8 +19,8 @@ type store struct {
 	// segBase. A segment is dropped once its last message is overwritten.
 	segs    []*segment
 	segBase uint32
-	// extras holds the rare per-message options (exclude, only node), by
-	// cursor; dropped with the message.
+	// extras holds the rare per-message options (exclude, only node, a
+	// shared store's cursor), by cursor; dropped with the message.
 	extras map[uint64]extra
 	// size is the batch bytes (entrySize) of every message written.
 	size uint64
@@ -44,7 +44,12 @@ const extraBit = 1 << 31
 func (r record) hasExtra() bool { return r.size&extraBit != 0 }
 func (r record) len() uint32    { return r.size &^ extraBit }
 
-type extra struct{ exclude, onlyNode string }
+type extra struct {
+	exclude, onlyNode string
+	// stored is the message's row in the cluster's shared store (0: none):
+	// it travels with the message (core.Write.SharedCursor).
+	stored uint64
+}
 
 type segment struct {
 	buf  []byte
@@ -72,9 +77,9 @@ func (s *store) write(e *core.Write, at int64) (uint64, error) {
 	}
 	rec := record{topic: s.topics.acquire(e.Topic), typ: s.types.acquire(e.PayloadType), size: uint32(len(e.Payload))}
 	rec.seg, rec.off = s.appendPayload(e.Payload, c)
-	if e.Exclude != "" || e.OnlyNode != "" {
+	if e.Exclude != "" || e.OnlyNode != "" || e.SharedCursor != 0 {
 		rec.size |= extraBit
-		s.extras[c] = extra{exclude: e.Exclude, onlyNode: e.OnlyNode}
+		s.extras[c] = extra{exclude: e.Exclude, onlyNode: e.OnlyNode, stored: e.SharedCursor}
 	}
 	if _, err := s.ring.WriteAt(rec, at); err != nil {
 		s.release(c, rec) // not stored: give back what it took (its bytes stay in the segment)

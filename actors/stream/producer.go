@@ -575,7 +575,7 @@ func (p *producer) batch(d ringbuf.Decision) (*messages.Batch, int) {
 		Payloads: make([]byte, 0, size)}
 	for c := d.From; c < d.From+uint64(n); c++ {
 		topic, typ, payload, ex, _ := p.buf.at(c)
-		b.Add(topic, typ, payload, ex.exclude, ex.onlyNode)
+		b.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
 	}
 	p.lastBatch = b
 	return b, size

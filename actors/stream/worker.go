@@ -409,7 +409,7 @@ func (w *worker) store(m *messages.Batch, k *known) ([]uint64, error) {
 		if cur < k.expected || only != "" || !w.dur.IsDurable(topic) {
 			continue
 		}
-		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadTypes[ti], Payload: payload})
+		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadTypes[ti], Payload: payload, Cursor: it.StoreCursor()})
 		at = append(at, int(cur-m.FirstCursor))
 	}
 	if c <= k.expected {

@@ -15,8 +15,8 @@ type Durable interface {
 	// is not queued.
 	Publish(ctx context.Context, w *Write) error
 	// Received appends rows (the batch's new durable entries, in cursor
-	// order; may be empty; it sets each one's Cursor) and records p (the producer's next cursor after
-	// the batch), before the batch is delivered and acknowledged. An error
+	// order; may be empty; a node-local store sets each one's Cursor) and
+	// records p (the producer's next cursor after the batch), before the batch is delivered and acknowledged. An error
 	// refuses the batch (the producer sends it again).
 	Received(p ProducerPos, rows []Row) error
 	// Lost records that messages of p's producer were lost for this node
@@ -49,8 +49,10 @@ type ProducerPos struct {
 type Row struct {
 	Topic, PayloadType string
 	Payload            []byte
-	// Cursor is set by Received: the row's cursor in this node's store (0:
-	// not stored here, a shared store's row appended by its publisher).
+	// Cursor is the row's cursor in this node's store: the worker passes
+	// the one the batch carried (a shared store's row, appended by its
+	// publisher: Write.SharedCursor, or 0) and Received sets it when it
+	// appends the row here (a node-local store).
 	Cursor uint64
 }
 

@@ -37,6 +37,11 @@ type Write struct {
 	// StoreCursor is the row's cursor in this node's durable store, set by
 	// Durable.Publish when the write is durable (0: not stored).
 	StoreCursor uint64
+	// SharedCursor is StoreCursor when the store is shared by the cluster
+	// (the same row on every node): it travels with the message, so that
+	// every node's envelopes carry it. 0 for a node-local store, whose
+	// cursors mean nothing elsewhere.
+	SharedCursor uint64
 }
 
 // Epoch is the origin of Monotonic, fixed when the process starts.

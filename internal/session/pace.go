@@ -39,7 +39,7 @@ func (e *Engine) hold(s *Session) bool {
 	if s.stalled || len(s.res) < e.lim.SoftQueue {
 		return false
 	}
-	if !s.waiting {
+	if !s.waiting || s.wait == nil {
 		s.waiting = true
 		s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
 	}
@@ -74,6 +74,8 @@ func (e *Engine) acked(s *Session) {
 // endWait tells the actor of a waiting session to go on. Caller holds s.mu.
 func (e *Engine) endWait(s *Session) {
 	s.waiting = false
-	s.wait.Stop()
+	if s.wait != nil {
+		s.wait.Stop()
+	}
 	e.pacer.Room(s)
 }

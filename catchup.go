@@ -1,0 +1,266 @@
+package echopubsub
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/echopubsub/echopubsub/internal/session"
+)
+
+// A WithFrom subscription (a follow) is one session's position in one
+// durable stream: next is the cursor of the row the session is to get
+// next. The session actor owns it. The store is the truth: live envelopes
+// of the stream carry their row's cursor (Envelope.Cursor), and the actor
+// delivers one only when it is next; anything else comes from the store.
+//
+//   - Reading (the catch-up, and after any hole in the live stream): the
+//     actor reads pages from next and hands their rows to the session
+//     through its pressure rules (session.Engine.Catch: never above
+//     SoftQueue; a row that does not fit waits for acks, nothing is
+//     skipped). Live envelopes of the stream are dropped meanwhile: each
+//     was appended before it was delivered, so the reading reaches it. A
+//     page shorter than asked for is the stream's end: the follow is live
+//     from there.
+//   - Live: an envelope whose cursor is next is delivered; one below next
+//     is a row already delivered (dropped); one above next means rows came
+//     between that this node's live stream did not hand over in order
+//     (another producer's, a gap row, one dropped on the way): the follow
+//     reads them from the store, that envelope included.
+//
+// Gap rows become *StreamGap and rows the store no longer keeps one
+// *StreamTruncated (the rule is truncation, retention.go), in cursor
+// order with the rows. An envelope without a cursor (a DirectBroadcast,
+// which is not stored) is delivered as it comes.
+type follow struct {
+	topic   string
+	gen     uint64 // the subscription it belongs to (subSpec.gen)
+	context map[string]string
+	next    uint64
+	reading bool
+	// claimed is the highest cursor a live envelope carried: a reading
+	// that ends below it has not seen every row yet (a shared store whose
+	// row is not readable yet), and reads again after a pause instead of
+	// going live.
+	claimed uint64
+	// retry is the pending timer of a read that failed or came too early;
+	// backoff its next delay.
+	retry   *time.Timer
+	backoff time.Duration
+}
+
+// followGen numbers WithFrom subscriptions, so that the session actor
+// tells a new one (a catch-up from a new cursor) from the one it follows.
+var followGen atomic.Uint64
+
+// catchUpPage is the most rows one catch-up read asks the store for; the
+// actor reads the next page once the previous one is handed over.
+const catchUpPage = 256
+
+// Catch-up retry delays: a failed read, or one that did not yet see a row
+// a live envelope claimed, is tried again after a pause that doubles.
+const (
+	catchUpRetryMin = 10 * time.Millisecond
+	catchUpRetryMax = time.Second
+)
+
+// caught is a catch-up row or notice (row true) or a live envelope of a
+// followed stream, as the session actor holds it until the engine takes it.
+type caught struct {
+	f      *follow
+	row    bool
+	env    *Envelope   // a message
+	notice interface{} // *StreamGap, *StreamTruncated
+}
+
+// catchUpStart makes the session actor begin following topic's subscription
+// gen (sent by SessionSubscribe; the first live delivery does the same).
+type catchUpStart struct {
+	topic string
+	gen   uint64
+}
+
+// catchUpStep reads the next page of a reading follow.
+type catchUpStep struct{}
+
+// catchUpRetry ends a follow's retry pause.
+type catchUpRetry struct{ f *follow }
+
+// following returns topic's follow for subscription spec, creating or
+// replacing it for a new WithFrom subscription; nil when spec has none.
+func (a *sessionActor) following(topic string, spec subSpec) *follow {
+	f := a.follows[topic]
+	if f != nil && (!spec.catchUp || f.gen != spec.gen) {
+		a.unfollow(f)
+		f = nil
+	}
+	if f == nil && spec.catchUp {
+		f = &follow{topic: topic, gen: spec.gen, context: spec.context, next: max(spec.from, 1), reading: true}
+		a.follows[topic] = f
+		a.pump()
+	}
+	return f
+}
+
+func (a *sessionActor) unfollow(f *follow) {
+	if f.retry != nil {
+		f.retry.Stop()
+	}
+	if a.follows[f.topic] == f {
+		delete(a.follows, f.topic)
+	}
+}
+
+// current returns topic's follow when its subscription is still the one
+// it follows (the session may have unsubscribed or subscribed anew).
+func (a *sessionActor) current(f *follow) bool {
+	spec, ok := (*a.rec.subs.Load())[f.topic]
+	if !ok || !spec.catchUp || spec.gen != f.gen {
+		a.unfollow(f)
+		return false
+	}
+	return a.follows[f.topic] == f
+}
+
+// admit decides a live envelope of f's stream with cursor c: true
+// delivers it (it is next).
+func (a *sessionActor) admit(f *follow, c uint64) bool {
+	f.claimed = max(f.claimed, c)
+	switch {
+	case f.reading:
+		return false // the reading reaches it
+	case c < f.next:
+		return false // delivered already, from the store
+	case c == f.next:
+		f.next++
+		return true
+	}
+	f.reading = true // rows came between: read them, c's included
+	a.pump()
+	return false
+}
+
+// pump queues one catchUpStep when a follow is reading and nothing is
+// held (a held row waits for room: the next page is read after it).
+func (a *sessionActor) pump() {
+	if a.stepQueued || len(a.held) > 0 {
+		return
+	}
+	for _, f := range a.follows {
+		if f.reading && f.retry == nil {
+			a.stepQueued = true
+			a.ps.rt.System.Root.Send(a.self, &catchUpStep{})
+			return
+		}
+	}
+}
+
+// step reads one page for a reading follow and hands it over.
+func (a *sessionActor) step() {
+	a.stepQueued = false
+	if len(a.held) > 0 {
+		return
+	}
+	var f *follow
+	for _, g := range a.follows {
+		if g.reading && g.retry == nil && a.current(g) {
+			f = g
+			break
+		}
+	}
+	if f == nil {
+		return
+	}
+	defer a.pump()
+	ctx, cancel := a.ps.dur.ctx()
+	rows, next, err := a.ps.dur.store.Read(ctx, f.topic, f.next, catchUpPage)
+	cancel()
+	if err != nil {
+		ev := a.ps.rt.Log.Warn()
+		if errors.Is(err, ErrCursorBeyondEnd) {
+			ev = a.ps.rt.Log.Error() // the store was replaced under the subscription
+		}
+		ev.Err(err).Str("session", a.s.ID()).Str("stream", f.topic).Uint64("from", f.next).
+			Msg("session catch-up: store read failed: trying again")
+		a.pause(f)
+		return
+	}
+	f.backoff = 0
+	if first, cut := truncation(f.next, rows, next); cut {
+		a.hand(&caught{f: f, row: true, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,
+			From: f.next, FirstKept: first}})
+		f.next = first
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Kind == RecordGap {
+			a.hand(&caught{f: f, row: true, notice: &StreamGap{SessionID: a.s.ID(), Stream: f.topic, Cursor: r.Cursor,
+				Node: r.Origin, Missed: r.Missed, Reason: r.Reason}})
+		} else {
+			env := a.ps.replayEnvelope(a.s.ID(), f.topic, a.rec.format, r)
+			env.Context = f.context
+			a.hand(&caught{f: f, row: true, env: env})
+		}
+		f.next = r.Cursor + 1
+	}
+	f.next = max(f.next, next)
+	if len(rows) < catchUpPage { // the stream's end, as the store has it now
+		if f.claimed >= f.next {
+			a.pause(f) // a live envelope named a row this read did not see yet
+			return
+		}
+		f.reading = false
+	}
+}
+
+// pause retries f's reading after its backoff.
+func (a *sessionActor) pause(f *follow) {
+	f.backoff = min(max(2*f.backoff, catchUpRetryMin), catchUpRetryMax)
+	self, root := a.self, a.ps.rt.System.Root
+	f.retry = time.AfterFunc(f.backoff, func() { root.Send(self, &catchUpRetry{f: f}) })
+}
+
+// passCaught hands a catch-up row or a followed live envelope to the
+// engine; false: held, pass it again after room.
+func (a *sessionActor) passCaught(c *caught) bool {
+	if !a.current(c.f) {
+		return true // the subscription it belonged to is gone
+	}
+	if !c.row && c.f.reading {
+		return true // a reading began behind it: it reaches this row
+	}
+	if c.notice != nil {
+		a.ps.sess.engine.Notify(a.s, c.notice)
+		return true
+	}
+	build := func(id uint64) interface{} { c.env.DeliveryID = id; return c.env }
+	if !c.row {
+		switch a.ps.sess.engine.Pace(a.s, true, build) {
+		case session.Held:
+			return false
+		case session.Refused: // the node's table is full: the store keeps it for later
+			c.f.next, c.f.reading = c.env.Cursor, true
+		}
+		return true
+	}
+	switch a.ps.sess.engine.Catch(a.s, build) {
+	case session.Held:
+		return false
+	case session.Refused: // the node's reservation table is full: offer it again soon
+		p := sessionPacer{a.ps.rt.System}
+		p.Hold(a.s)
+		a.roomRetry = time.AfterFunc(catchUpRetryMin*5, func() { p.Room(a.s) })
+		return false
+	}
+	return true
+}
+
+// stopFollowing stops every follow's timers (the actor is stopping).
+func (a *sessionActor) stopFollowing() {
+	for _, f := range a.follows {
+		a.unfollow(f)
+	}
+	if a.roomRetry != nil {
+		a.roomRetry.Stop()
+	}
+}
