@@ -12,7 +12,7 @@ const params = new URLSearchParams(location.search);
 const node = params.get("node") || "1", user = params.get("user") || "ada";
 const $ = (id) => document.getElementById(id);
 
-let status = { state: "connecting" }, sent = 0, pending = 0, peak = 0, replayedShown = 0;
+let status = { state: "connecting" }, subscribed = false, sent = 0, pending = 0, peak = 0, replayedShown = 0;
 const messages = [], handled = [], errors = [], notices = [], statuses = [];
 
 function log(line) {
@@ -132,25 +132,26 @@ $("send").onsubmit = (ev) => {
 };
 
 // For the browser tests: what the page shows and did, and a way to publish
-// a numbered series (each resolved publish is recorded with its time).
+// a numbered series as a burst (each publish is recorded once the gateway
+// took it).
 const published = [];
 window.chatState = () => JSON.stringify({
-  online: online(), status: status.state, attempt: status.attempt || 0, sessionId: client.sessionId, sessions: client.sessions,
+  online: online(), subscribed, status: status.state, attempt: status.attempt || 0, sessionId: client.sessionId, sessions: client.sessions,
   node, user, hint: $("hint").hidden ? "" : $("hint").innerText, peer: $("peer").getAttribute("href"),
   pending, peak, replayed: replayedShown, cursor: client.cursor(ROOM), backlog: client.backlog(ROOM),
   messages: messages.map((m) => ({ id: m.id, from: m.from, text: m.text, replayed: m.replayed })),
   handled, errors, notices, statuses, published,
 });
-window.chatSeries = async (prefix, n) => {
+window.chatSeries = (prefix, n) => {
+  // All sent at once (the gateway publishes them in order): a burst.
   for (let i = 1; i <= n; i++) {
     const text = `${prefix}${i}`;
-    await say(text);
-    published.push({ text, at: Date.now() });
+    say(text).then(() => published.push({ text, at: Date.now() }), () => {});
   }
 };
 
 client.subscribe(ROOM, onMessage, { from: 0 }).then(
-  () => log("subscribed from the room's start"),
+  () => { subscribed = true; log("subscribed from the room's start"); render(); },
   (e) => { errors.push(e.message); log(`subscribe: ${e.message}`); render(); });
 client.connect();
 render();
