@@ -5,7 +5,9 @@
 // socket's own session only; envelopes reach the client in protojson and
 // stay reserved until it acks them, so a client that stops reading is a
 // slow consumer under the session's rules and is closed with a reason.
-// Protocol and defaults: docs/gateway.md.
+// Protocol and defaults: docs/gateway.md. A JavaScript client for
+// browsers (one ES module, no build step) ships in this module as
+// client/echopubsub.js; ClientHandler serves it.
 //
 //	gw, err := gateway.New(ps, authenticate, gateway.DefaultConfig())
 //	http.Handle("/ws", gw)
