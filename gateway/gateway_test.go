@@ -336,9 +336,12 @@ func TestGatewayRefusesOtherSession(t *testing.T) {
 	} {
 		a.refused(cmd, gateway.CodeForbiddenSession)
 	}
-	// A from-session field does not exist: it is an unknown field.
-	a.refused(map[string]interface{}{"op": "request", "to": b.sid, "from": b.sid, "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{}}, gateway.CodeMalformedFrame)
+	// A request cannot name its sender: from (a cursor, of subscribe and
+	// replay) is a field request does not take.
+	if f := a.refused(map[string]interface{}{"op": "request", "to": b.sid, "from": b.sid, "type": "echopubsub.test.v1.Stamp",
+		"payload": map[string]string{}}, gateway.CodeInvalidArgument); f.str("message") != "op request takes no from" {
+		t.Fatalf("a request naming its sender was refused with %v", f)
+	}
 	if pa, pb := nd.PS.Pending(a.sid), nd.PS.Pending(b.sid); pa != 1 || pb != 1 {
 		t.Fatalf("pending a=%d b=%d after refused frames, want 1 and 1", pa, pb)
 	}
