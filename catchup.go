@@ -24,9 +24,13 @@ import (
 //     from there.
 //   - Live: an envelope whose cursor is next is delivered; one below next
 //     is a row already delivered (dropped); one above next means rows came
-//     between that this node's live stream did not hand over in order
-//     (another producer's, a gap row, one dropped on the way): the follow
-//     reads them from the store, that envelope included.
+//     between that this node's live stream did not hand over in order:
+//     most often another producer's, still on its way (producers batch
+//     independently, so live order across producers is not cursor
+//     order). The follow keeps such envelopes aside (up to catchUpAhead)
+//     and delivers them in cursor order as the hole fills; a hole still
+//     open after holeWait (a gap row, a row lost on the way), or too many
+//     envelopes aside, makes it read from the store from next.
 //
 // Gap rows become *StreamGap and rows the store no longer keeps one
 // *StreamTruncated (the rule is truncation, retention.go), in cursor
@@ -43,6 +47,10 @@ type follow struct {
 	// row is not readable yet), and reads again after a pause instead of
 	// going live.
 	claimed uint64
+	// ahead holds live envelopes above next, by cursor, while a hole
+	// waits to fill; hole is its timer.
+	ahead map[uint64]*Envelope
+	hole  *time.Timer
 	// retry is the pending timer of a read that failed or came too early;
 	// backoff its next delay.
 	retry   *time.Timer
@@ -52,6 +60,15 @@ type follow struct {
 // followGen numbers WithFrom subscriptions, so that the session actor
 // tells a new one (a catch-up from a new cursor) from the one it follows.
 var followGen atomic.Uint64
+
+// catchUpAhead is the most live envelopes a follow keeps aside while a
+// hole waits to fill; one more and it reads from the store instead.
+const catchUpAhead = 256
+
+// holeSlack is what holeWait adds to the pubsub's BatchInterval (the
+// longest a producer holds a message back, so how far live order can
+// trail cursor order) before a hole is read from the store.
+const holeSlack = 50 * time.Millisecond
 
 // catchUpPage is the most rows one catch-up read asks the store for; the
 // actor reads the next page once the previous one is handed over.
@@ -86,6 +103,12 @@ type catchUpStep struct{}
 // catchUpRetry ends a follow's retry pause.
 type catchUpRetry struct{ f *follow }
 
+// catchUpHole: a follow's hole stayed open for holeWait.
+type catchUpHole struct {
+	f    *follow
+	next uint64 // the hole's first cursor
+}
+
 // following returns topic's follow for subscription spec, creating or
 // replacing it for a new WithFrom subscription; nil when spec has none.
 func (a *sessionActor) following(topic string, spec subSpec) *follow {
@@ -106,6 +129,7 @@ func (a *sessionActor) unfollow(f *follow) {
 	if f.retry != nil {
 		f.retry.Stop()
 	}
+	f.clearAhead()
 	if a.follows[f.topic] == f {
 		delete(a.follows, f.topic)
 	}
@@ -123,7 +147,7 @@ func (a *sessionActor) current(f *follow) bool {
 }
 
 // admit decides a live envelope of f's stream with cursor c: true
-// delivers it (it is next).
+// delivers it (it is next; then hand what it lets out of ahead).
 func (a *sessionActor) admit(f *follow, c uint64) bool {
 	f.claimed = max(f.claimed, c)
 	switch {
@@ -135,9 +159,74 @@ func (a *sessionActor) admit(f *follow, c uint64) bool {
 		f.next++
 		return true
 	}
-	f.reading = true // rows came between: read them, c's included
+	return false // above next: the caller keeps it aside (aside)
+}
+
+// aside keeps env (its cursor above next) until the hole before it fills,
+// or reads from the store when too much waits.
+func (a *sessionActor) aside(f *follow, env *Envelope) {
+	if _, dup := f.ahead[env.Cursor]; dup {
+		return
+	}
+	if len(f.ahead) >= catchUpAhead {
+		a.read(f) // the reading reaches every row aside
+		return
+	}
+	if f.ahead == nil {
+		f.ahead = map[uint64]*Envelope{}
+	}
+	f.ahead[env.Cursor] = env
+	if f.hole == nil {
+		self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.next}
+		f.hole = time.AfterFunc(a.ps.rt.Cfg.BatchInterval+holeSlack, func() { root.Send(self, hole) })
+	}
+}
+
+// released returns the envelopes aside that are now next, in cursor
+// order, advancing next past them.
+func (f *follow) released() []*Envelope {
+	var out []*Envelope
+	for e, ok := f.ahead[f.next]; ok; e, ok = f.ahead[f.next] {
+		delete(f.ahead, f.next)
+		out = append(out, e)
+		f.next++
+	}
+	if len(f.ahead) == 0 && f.hole != nil {
+		f.hole.Stop()
+		f.hole = nil
+	}
+	return out
+}
+
+// holeStayed: the hole at h.next did not fill in time; read it.
+func (a *sessionActor) holeStayed(h *catchUpHole) {
+	f := h.f
+	if f.hole == nil || !a.current(f) || f.reading {
+		return
+	}
+	f.hole = nil
+	if f.next != h.next && len(f.ahead) > 0 { // that hole filled, a newer one is open: give it its time
+		self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.next}
+		f.hole = time.AfterFunc(a.ps.rt.Cfg.BatchInterval+holeSlack, func() { root.Send(self, hole) })
+		return
+	}
+	a.read(f)
+}
+
+// read makes f read from the store from next; what it kept aside is
+// dropped (the reading reaches it).
+func (a *sessionActor) read(f *follow) {
+	f.clearAhead()
+	f.reading = true
 	a.pump()
-	return false
+}
+
+func (f *follow) clearAhead() {
+	if f.hole != nil {
+		f.hole.Stop()
+		f.hole = nil
+	}
+	f.ahead = nil
 }
 
 // pump queues one catchUpStep when a follow is reading and nothing is
@@ -239,7 +328,8 @@ func (a *sessionActor) passCaught(c *caught) bool {
 		case session.Held:
 			return false
 		case session.Refused: // the node's table is full: the store keeps it for later
-			c.f.next, c.f.reading = c.env.Cursor, true
+			c.f.next = c.env.Cursor
+			a.read(c.f)
 		}
 		return true
 	}

@@ -1,10 +1,17 @@
 package echopubsub_test
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
+	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
 // TestWithFromHandoverNodeLocalStores: each node keeps its own store (its
@@ -21,4 +28,218 @@ func TestWithFromHandoverNodeLocalStores(t *testing.T) {
 func TestWithFromHandoverSharedStore(t *testing.T) {
 	shared := test.NewSharedMemStore()
 	test.CatchUpHandover(t, func(int) echopubsub.Store { return shared })
+}
+
+// followOne starts one node with a node-local store holding n stamps of
+// room:1, and a session (owner o, acking nothing by itself) subscribed to it
+// WithFrom(1).
+func followOne(t *testing.T, cfg echopubsub.Config, n uint64) (*test.Node, *test.MemStore, *owner, string) {
+	t.Helper()
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+	publishStamps(t, nd, "room:1", "a", 1, n)
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(1)); err != nil {
+		t.Fatalf("SessionSubscribe WithFrom(1): %v", err)
+	}
+	return nd, store, o, id
+}
+
+// ackEach acks each of envs.
+func ackEach(t *testing.T, nd *test.Node, id string, envs []*echopubsub.Envelope) {
+	t.Helper()
+	for _, e := range envs {
+		if _, err := nd.PS.Ack(id, e.DeliveryID); err != nil {
+			t.Fatalf("ack %d: %v", e.DeliveryID, err)
+		}
+	}
+}
+
+// TestWithFromCatchUpWaitsAtSoftQueue: a catch-up of 200 rows to a session
+// with SoftQueue 5 never takes it above 5 pending; each time it is full the
+// catch-up waits (it is not skipped, not closed at HardQueue) and goes on
+// when the owner acks, until every row arrived in order.
+func TestWithFromCatchUpWaitsAtSoftQueue(t *testing.T) {
+	cfg := replayConfig() // SoftQueue 5, HardQueue 10
+	const n = 200
+	nd, store, o, id := followOne(t, cfg, n)
+	acked, rounds := 0, 0
+	for acked < n {
+		// The catch-up fills the session up to SoftQueue and waits there.
+		want := min(acked+cfg.SoftQueue, n)
+		test.Eventually(t, 10*time.Second, func() bool { return len(o.envelopes()) >= want },
+			func() string { return fmt.Sprintf("want %d envelopes (acked %d): %s", want, acked, o.describe()) })
+		if p := nd.PS.Pending(id); p > cfg.SoftQueue {
+			t.Fatalf("pending %d above SoftQueue %d during the catch-up: %s", p, cfg.SoftQueue, o.describe())
+		}
+		envs := o.envelopes()
+		if len(envs) > want {
+			t.Fatalf("%d envelopes with %d acked: the catch-up went past SoftQueue %d: %s", len(envs), acked, cfg.SoftQueue, o.describe())
+		}
+		ackEach(t, nd, id, envs[acked:])
+		acked = len(envs)
+		rounds++
+	}
+	test.CheckFollowed(t, o.envelopes(), store, "room:1", 1, n)
+	if len(o.notices()) > 0 {
+		t.Fatalf("notices during a catch-up that lost nothing: %v", o.notices())
+	}
+	t.Logf("%d rows in %d rounds of SoftQueue %d", n, rounds, cfg.SoftQueue)
+}
+
+// TestWithFromCatchUpResumesAfterTheReservationTableWasFull: while two
+// other sessions hold every reservation of the node, a catch-up gets
+// nothing (its session is told RESERVATIONS_FULL), and once they ack it
+// goes on from where it stopped: no row skipped.
+func TestWithFromCatchUpResumesAfterTheReservationTableWasFull(t *testing.T) {
+	cfg := replayConfig() // SoftQueue 5, HardQueue 10
+	cfg.MaxDeliveryReservations = 10
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+	var blockers []*owner
+	var blockerIDs []string
+	for i := 0; i < 2; i++ {
+		b := spawnOwner(t, nd, nil)
+		blockers, blockerIDs = append(blockers, b), append(blockerIDs, openSession(t, nd, b, []string{"fill"}))
+	}
+	for i := 0; i < cfg.SoftQueue; i++ { // each blocker holds SoftQueue: the table is full
+		nd.Broadcast(t, "fill", &testpb.Stamp{Publisher: "fill", Seq: uint64(i + 1)})
+	}
+	for _, b := range blockers {
+		waitEnvelopes(t, b, cfg.SoftQueue)
+	}
+	const n = 30
+	publishStamps(t, nd, "room:1", "a", 1, n)
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(1)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 10*time.Second, func() bool { return countOf[*messages.SessionPressure](o) > 0 },
+		func() string { return "RESERVATIONS_FULL notice: " + o.describe() })
+	if len(o.envelopes()) > 0 {
+		t.Fatalf("a delivery with the table full: %s", o.describe())
+	}
+	for i, b := range blockers {
+		ackEach(t, nd, blockerIDs[i], b.envelopes())
+	}
+	acked := 0
+	for acked < n {
+		want := min(acked+cfg.SoftQueue, n)
+		test.Eventually(t, 10*time.Second, func() bool { return len(o.envelopes()) >= want },
+			func() string { return fmt.Sprintf("want %d envelopes (acked %d): %s", want, acked, o.describe()) })
+		envs := o.envelopes()
+		ackEach(t, nd, id, envs[acked:])
+		acked = len(envs)
+	}
+	test.CheckFollowed(t, o.envelopes(), store, "room:1", 1, n)
+}
+
+// TestWithFromTellsGapRowsInOrder: a node-local store's gap row (messages
+// the node never got) reaches a catch-up as a *StreamGap between the rows
+// around it, and the envelopes keep their cursors: the gap is told, not
+// skipped over.
+func TestWithFromTellsGapRowsInOrder(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 50, 100
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+	publishStamps(t, nd, "room:1", "a", 1, 3)
+	ctx := replayCtx(t)
+	if err := store.MarkGap(ctx, echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 7, Reason: "test"},
+		core.ProducerPosition{}); err != nil {
+		t.Fatal(err)
+	}
+	publishStamps(t, nd, "room:1", "a", 4, 5)
+	o := spawnOwner(t, nd, func(e *echopubsub.Envelope) { _, _ = nd.PS.Ack(e.SessionID, e.DeliveryID) })
+	id := openSession(t, nd, o, nil)
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(2)); err != nil {
+		t.Fatal(err)
+	}
+	publishStamps(t, nd, "room:1", "a", 6, 6) // live, after the catch-up
+	waitEnvelopes(t, o, 5)
+	// A gap row while the session is live: the next live envelope comes
+	// after a hole that no live message fills; the session reads it.
+	if err := store.MarkGap(ctx, echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 2, Reason: "test"},
+		core.ProducerPosition{}); err != nil {
+		t.Fatal(err)
+	}
+	publishStamps(t, nd, "room:1", "a", 7, 7)
+	waitEnvelopes(t, o, 6)
+	var got []string
+	for _, m := range o.all() {
+		switch m := m.(type) {
+		case *echopubsub.Envelope:
+			got = append(got, fmt.Sprintf("%d:%s", m.Cursor, stampOf(m)))
+		case *echopubsub.StreamGap:
+			got = append(got, fmt.Sprintf("gap%d:%s/%d", m.Cursor, m.Node, m.Missed))
+		default:
+			got = append(got, word(m))
+		}
+	}
+	want := "[2:a#2 3:a#3 gap4:peer/7 5:a#4 6:a#5 7:a#6 gap8:peer/2 9:a#7]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+}
+
+// TestWithFromRefusals: WithFrom needs a durable topic, ClassDurable, an
+// authorized session and a cursor this store handed out; each refusal
+// names what is wrong, and subscribes nothing.
+func TestWithFromRefusals(t *testing.T) {
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"),
+		echopubsub.WithAuthorizer(func(_, stream string) error {
+			if stream == "room:secret" {
+				return errors.New("not yours")
+			}
+			return nil
+		}))[0]
+	publishStamps(t, nd, "room:1", "a", 1, 3)
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	for _, c := range []struct {
+		topic string
+		opts  []echopubsub.SessionSubscribeOption
+		want  error
+		text  string
+	}{
+		{"plain", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(1)}, echopubsub.ErrNoStore, `"plain"`},
+		{"room:1", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(1), echopubsub.WithClass(echopubsub.ClassEphemeral)}, nil, "ClassDurable"},
+		{"room:secret", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(1)}, echopubsub.ErrUnauthorized, "not yours"},
+		{"room:1", []echopubsub.SessionSubscribeOption{echopubsub.WithFrom(5)}, echopubsub.ErrCursorBeyondEnd, "WithFrom(5)"},
+	} {
+		err := nd.PS.SessionSubscribe(id, c.topic, c.opts...)
+		if err == nil || (c.want != nil && !errors.Is(err, c.want)) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s %d options: %v, want %v naming %s", c.topic, len(c.opts), err, c.want, c.text)
+		}
+	}
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(4)); err != nil { // the end + 1: nothing yet
+		t.Fatalf("WithFrom(end + 1): %v", err)
+	}
+	publishStamps(t, nd, "room:1", "a", 4, 4)
+	waitEnvelopes(t, o, 1)
+	if e := o.envelopes()[0]; e.Cursor != 4 || len(o.envelopes()) != 1 {
+		t.Fatalf("after WithFrom(4): %s", o.describe())
+	}
+}
+
+// TestWithFromAgainRestartsTheCatchUp: subscribing again WithFrom an
+// earlier cursor delivers the rows from there once more, then live.
+func TestWithFromAgainRestartsTheCatchUp(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 50, 100
+	nd, store, o, id := followOne(t, cfg, 5)
+	waitEnvelopes(t, o, 5)
+	ackEach(t, nd, id, o.envelopes())
+	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(3)); err != nil {
+		t.Fatal(err)
+	}
+	waitEnvelopes(t, o, 8)
+	publishStamps(t, nd, "room:1", "a", 6, 6)
+	waitEnvelopes(t, o, 9)
+	envs := o.envelopes()
+	test.CheckFollowed(t, envs[:5], store, "room:1", 1, 5)
+	test.CheckFollowed(t, envs[5:], store, "room:1", 3, 6)
 }

@@ -212,11 +212,21 @@
 //     ErrCursorBeyondEnd, never an empty page that would skip.
 //
 // A session's envelope of a durable topic carries its row's cursor in the
-// node's store (Envelope.Cursor), live as well as replayed, whenever that
-// store holds the row: the node's own broadcasts, and with an embedded
-// store every message the node received. With a shared store a peer's
-// broadcast arrives live without its cursor (0) for now: the cursor does
-// not travel in the batch yet.
+// node's store (Envelope.Cursor), live as well as replayed: with an
+// embedded store the node appended every message it got, and with a shared
+// store the publisher's cursor travels in the batch.
+//
+// Resume from a cursor: SessionSubscribe(id, topic, WithFrom(c)) hands
+// the session the stored rows from c on (read a page at a time, each a
+// durable delivery that waits at SoftQueue for acks, never skipped), then
+// the live stream, in cursor order with no gap and no duplicate at the
+// handover, whatever is published meanwhile. The store decides: a live
+// envelope is delivered only when its cursor is the next one; one above it
+// means rows came in between (another producer's, a gap row, one lost on
+// the way) and the session reads them from the store. A client keeps the
+// cursor of its last committed envelope and resumes with WithFrom(cursor +
+// 1), on the same node with an embedded store, on any node with a shared
+// one.
 //
 // What a node-local store missed is marked, never skipped: a gap row,
 // which ReplaySession hands the session as a *StreamGap (and counts in

@@ -45,7 +45,8 @@ type ReplayStats struct {
 	Missed uint64
 }
 
-// StreamGap tells a session, during ReplaySession, that this node's store
+// StreamGap tells a session, during ReplaySession or a WithFrom catch-up,
+// that this node's store
 // does not hold some messages of the stream at this point: between the row
 // before Cursor and the row after it, messages of producer Node were lost
 // (Missed of them, 0 when unknown). As for CursorExpired, reload what they
@@ -74,7 +75,8 @@ type StreamGap struct {
 //
 // Replayed rows and live deliveries of the stream are independent: a row
 // can arrive both ways; use the envelope's Cursor (node-local store: the
-// same node's cursors) or the message's own identity to tell.
+// same node's cursors) or the message's own identity to tell. WithFrom
+// does the handover itself: the stored rows, then live, no duplicate.
 //
 // Errors: ErrBadLimit, ErrUnknownSession, ErrNoStore (no store, or stream
 // not durable), ErrUnauthorized (wrapping the authorizer's error),

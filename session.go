@@ -104,13 +104,12 @@ type Envelope struct {
 	Payload []byte
 	// PayloadType is the message's full protobuf name.
 	PayloadType string
-	// Replayed marks a delivery of ReplaySession. Cursor is the message's
-	// row in this node's store, for every envelope of a durable topic,
-	// live or replayed, whose row the node's store holds: the node's own
-	// broadcasts and, with a node-local store (store/bolt), what it
-	// received (see "Durable streams" in the package doc). 0: not stored
-	// here (not durable, a request or a reply, or a peer's broadcast kept
-	// by a shared store: its cursor does not travel yet).
+	// Replayed marks an envelope read from the store (ReplaySession, or a
+	// WithFrom catch-up). Cursor is the message's row in this node's
+	// store, for every envelope of a durable topic, live or replayed (see
+	// "Durable streams" in the package doc); resume after it with
+	// WithFrom(Cursor + 1). 0: not stored (not durable, a DirectBroadcast,
+	// a request or a reply).
 	Replayed bool
 	Cursor   uint64
 }
@@ -176,14 +175,21 @@ func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.cla
 // session receives the stream's stored rows from cursor on (0 or 1: the
 // stream's start; an envelope's Cursor + 1 resumes after it), then the live
 // stream, in cursor order, with no gap and no duplicate at the handover,
-// whatever is published meanwhile. The rows go through the same
-// reservations and pressure rules as ReplaySession: a refusal for pressure
-// pauses the catch-up until acks free room; nothing is skipped. Gap rows
+// whatever is published meanwhile. Rows read from the store are marked
+// Replayed. Each is a durable delivery that never takes the session above
+// SoftQueue: at SoftQueue, or with the node's reservation table full, the
+// catch-up waits for acks and goes on from the same row; nothing is
+// skipped, and a slow owner is never closed by its catch-up. Gap rows
 // arrive as *StreamGap, rows no longer kept (WithRetention) as one
-// *StreamTruncated. The topic must be durable (WithDurableTopics) and the
-// session authorized for it (WithAuthorizer). Subscribing again with
-// WithFrom starts the catch-up again from the new cursor. Defaults to
-// live only (no catch-up).
+// *StreamTruncated. A DirectBroadcast to the topic, which is not stored,
+// is delivered as it comes (Cursor 0). Subscribing again with WithFrom
+// starts the catch-up again from the new cursor; without it, the
+// subscription goes on live only.
+//
+// SessionSubscribe refuses WithFrom for a topic that is not durable
+// (ErrNoStore), a class other than ClassDurable, a session the authorizer
+// refuses (ErrUnauthorized) and a cursor past the stream's end
+// (ErrCursorBeyondEnd). Defaults to live only (no catch-up).
 func WithFrom(cursor uint64) SessionSubscribeOption {
 	return func(s *subSpec) { s.from, s.catchUp = cursor, true }
 }

@@ -119,6 +119,8 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		}
 	case *catchUpStep:
 		a.step()
+	case *catchUpHole:
+		a.holeStayed(m)
 	case *catchUpRetry:
 		if m.f.retry != nil {
 			m.f.retry = nil
@@ -132,10 +134,15 @@ func (a *sessionActor) deliver(d *messages.Delivery) {
 	env, f := a.envelope(d)
 	switch {
 	case env == nil:
-	case f != nil:
-		a.hand(&caught{f: f, env: env})
-	default:
+	case f == nil:
 		a.hand(env)
+	case env.Cursor != f.next-1: // above next: aside until the hole before it fills
+		a.aside(f, env)
+	default:
+		a.hand(&caught{f: f, env: env})
+		for _, e := range f.released() {
+			a.hand(&caught{f: f, env: e})
+		}
 	}
 }
 
@@ -204,8 +211,9 @@ func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow)
 		return nil, nil // unsubscribed while this was on its way
 	}
 	if spec.catchUp && d.StoreCursor != 0 {
-		if f = a.following(d.Topic, spec); !a.admit(f, d.StoreCursor) {
-			return nil, nil
+		f = a.following(d.Topic, spec)
+		if !a.admit(f, d.StoreCursor) && (f.reading || d.StoreCursor < f.next) {
+			return nil, nil // the reading reaches it, or it was delivered
 		}
 	}
 	env.Class, env.Context, env.Cursor = spec.class, spec.context, d.StoreCursor
