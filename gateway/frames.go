@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -55,6 +57,7 @@ const (
 type clientFrame struct {
 	wireFrame
 	context map[string]string // Context, decoded
+	from    *uint64           // From, decoded: nil when absent
 }
 
 // frameError is a refused client frame: the error frame's code and message.
@@ -83,7 +86,7 @@ type wireFrame struct {
 	DeliveryIDs []uint64        `json:"delivery_ids"`
 	Stream      string          `json:"stream"`
 	Limit       *int            `json:"limit"`
-	From        *uint64         `json:"from"`
+	From        json.RawMessage `json:"from"` // a cursor: decoded by decodeFrom
 	To          string          `json:"to"`
 	Type        string          `json:"type"`
 	Payload     json.RawMessage `json:"payload"`
@@ -92,7 +95,7 @@ type wireFrame struct {
 // opFields lists the fields each op accepts besides op, id and session_id;
 // required ones are marked true.
 var opFields = map[string]map[string]bool{
-	opSubscribe:   {"topic": true, "class": false, "context": false},
+	opSubscribe:   {"topic": true, "class": false, "context": false, "from": false},
 	opUnsubscribe: {"topic": true},
 	opAck:         {"delivery_id": true},
 	opAckMany:     {"delivery_ids": true},
@@ -165,6 +168,16 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 			return f, ferr(CodeInvalidArgument, "context must be an object of strings: %s", clip(err.Error()))
 		}
 	}
+	if f.From != nil {
+		from, fe := decodeFrom(f.From)
+		if fe != nil {
+			return f, fe
+		}
+		f.from = &from
+	}
+	if f.from != nil && f.Class == "ephemeral" {
+		return f, ferr(CodeInvalidArgument, "from needs a durable subscription: class ephemeral is not stored")
+	}
 	if f.Limit != nil && *f.Limit <= 0 {
 		return f, ferr(CodeInvalidArgument, "limit must be > 0, got %d", *f.Limit)
 	}
@@ -172,6 +185,18 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		return f, ferr(CodeInvalidArgument, "delivery_id must be > 0")
 	}
 	return f, nil
+}
+
+// decodeFrom reads a from field: a cursor, a JSON integer in 0..2^64-1
+// (0 and 1 both mean the stream's start). Anything else (negative, a
+// fraction, an exponent, a string, null) is refused with the value.
+func decodeFrom(raw json.RawMessage) (uint64, *frameError) {
+	s := string(bytes.TrimSpace(raw))
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, ferr(CodeInvalidArgument, "from must be a cursor (an integer from 0 to %d), got %s", uint64(math.MaxUint64), clip(s))
+	}
+	return n, nil
 }
 
 // idOnly reads a refused frame leniently for its id and op alone, so that
@@ -251,10 +276,19 @@ type streamGapJSON struct {
 	Reason    string `json:"reason"`
 }
 
+// streamTruncatedJSON is a *StreamTruncated on the wire (notice kind
+// "stream_truncated").
+type streamTruncatedJSON struct {
+	SessionID string `json:"session_id"`
+	Stream    string `json:"stream"`
+	From      uint64 `json:"from"`
+	FirstKept uint64 `json:"first_kept"`
+}
+
 // noticeFrame carries a notice message in protojson.
 type noticeFrame struct {
 	Type   string          `json:"type"` // "notice"
-	Kind   string          `json:"kind"` // session_pressure, session_closed, cursor_expired, back_pressure
+	Kind   string          `json:"kind"` // session_pressure, session_closed, cursor_expired, back_pressure, stream_gap, stream_truncated
 	Notice json.RawMessage `json:"notice"`
 }
 

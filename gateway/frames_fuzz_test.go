@@ -18,6 +18,8 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"op":"ack","delivery_id":1,"session_id":"x.y"}`,
 		`{"op":"ack_many","delivery_ids":[1,2,3]}`,
 		`{"op":"replay","stream":"room","limit":50,"from":7}`,
+		`{"op":"subscribe","topic":"room","from":0}`, `{"op":"subscribe","topic":"room","from":18446744073709551615}`,
+		`{"op":"subscribe","topic":"room","from":-1}`, `{"op":"subscribe","topic":"room","from":null}`,
 		`{"op":"request","to":"bm9kZQ.AAAAAAAAAAAAAAAAAAAAAA","type":"echopubsub.test.v1.Stamp","payload":{"seq":"1"}}`,
 		`{"op":"reply","delivery_id":3,"type":"echopubsub.test.v1.Stamp","payload":{}}`,
 		`{"op":"publish","topic":"t","type":"x","payload":{}}`,
@@ -56,6 +58,9 @@ func FuzzDecodeClientFrame(f *testing.F) {
 			if missing {
 				t.Fatalf("accepted %s without %s: %q", fr.Op, name, b)
 			}
+		}
+		if (fr.From != nil) != (fr.from != nil) || fr.from != nil && fr.Class == "ephemeral" {
+			t.Fatalf("accepted from %s as %v: %q", fr.From, fr.from, b)
 		}
 		if fr.DeliveryID != nil && *fr.DeliveryID == 0 || fr.Limit != nil && *fr.Limit <= 0 {
 			t.Fatalf("accepted a zero id or limit: %q", b)

@@ -5,7 +5,9 @@
 // socket's own session only; envelopes reach the client in protojson and
 // stay reserved until it acks them, so a client that stops reading is a
 // slow consumer under the session's rules and is closed with a reason.
-// Protocol and defaults: docs/gateway.md.
+// Protocol and defaults: docs/gateway.md. A JavaScript client for
+// browsers (one ES module, no build step) ships in this module as
+// client/echopubsub.js; ClientHandler serves it.
 //
 //	gw, err := gateway.New(ps, authenticate, gateway.DefaultConfig())
 //	http.Handle("/ws", gw)
@@ -324,7 +326,7 @@ type socket struct {
 // by the writer), or raw JSON.
 type outFrame struct {
 	env    *echopubsub.Envelope
-	notice interface{} // a notice message, or a *echopubsub.StreamGap
+	notice interface{} // a notice message, a *echopubsub.StreamGap or a *echopubsub.StreamTruncated
 	raw    []byte
 }
 
@@ -341,7 +343,7 @@ func (s *socket) receive(ctx actor.Context) {
 		s.send(outFrame{env: m})
 	case *messages.SessionPressure, *messages.CursorExpired, *messages.BackPressure:
 		s.send(outFrame{notice: m})
-	case *echopubsub.StreamGap:
+	case *echopubsub.StreamGap, *echopubsub.StreamTruncated:
 		s.send(outFrame{notice: m})
 	case *ownerFrame:
 		s.send(outFrame{raw: m.raw})
@@ -490,6 +492,10 @@ func (s *socket) encodeNotice(n interface{}) []byte {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_gap", Notice: mustJSON(streamGapJSON{SessionID: g.SessionID,
 			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason})})
 	}
+	if tr, ok := n.(*echopubsub.StreamTruncated); ok {
+		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_truncated", Notice: mustJSON(streamTruncatedJSON{
+			SessionID: tr.SessionID, Stream: tr.Stream, From: tr.From, FirstKept: tr.FirstKept})})
+	}
 	m, ok := n.(proto.Message)
 	if !ok {
 		return mustJSON(errorFrame{Type: "error", Code: CodeInternal, Message: fmt.Sprintf("unknown notice %T", n)})
@@ -598,6 +604,9 @@ func (s *socket) run(f *clientFrame) *frameError {
 		opts := []echopubsub.SessionSubscribeOption{echopubsub.WithEnvelopeContext(f.context)}
 		if f.Class == "ephemeral" {
 			opts = append(opts, echopubsub.WithClass(echopubsub.ClassEphemeral))
+		}
+		if f.from != nil { // absent: live only
+			opts = append(opts, echopubsub.WithFrom(*f.from))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -722,6 +731,12 @@ func libErr(err error) *frameError {
 		code = CodeTooManyItems
 	case errors.Is(err, echopubsub.ErrStopped), errors.Is(err, echopubsub.ErrBusy):
 		code = CodeUnavailable
+	case errors.Is(err, echopubsub.ErrNoStore):
+		code = CodeReplayUnavailable
+	case errors.Is(err, echopubsub.ErrUnauthorized):
+		code = CodeUnauthorized
+	case errors.Is(err, echopubsub.ErrCursorBeyondEnd):
+		code = CodeCursorBeyondEnd
 	}
 	return ferr(code, "%s", clip(err.Error()))
 }

@@ -336,9 +336,12 @@ func TestGatewayRefusesOtherSession(t *testing.T) {
 	} {
 		a.refused(cmd, gateway.CodeForbiddenSession)
 	}
-	// A from-session field does not exist: it is an unknown field.
-	a.refused(map[string]interface{}{"op": "request", "to": b.sid, "from": b.sid, "type": "echopubsub.test.v1.Stamp",
-		"payload": map[string]string{}}, gateway.CodeMalformedFrame)
+	// A request cannot name its sender: from (a cursor, of subscribe and
+	// replay) is a field request does not take.
+	if f := a.refused(map[string]interface{}{"op": "request", "to": b.sid, "from": b.sid, "type": "echopubsub.test.v1.Stamp",
+		"payload": map[string]string{}}, gateway.CodeInvalidArgument); f.str("message") != "op request takes no from" {
+		t.Fatalf("a request naming its sender was refused with %v", f)
+	}
 	if pa, pb := nd.PS.Pending(a.sid), nd.PS.Pending(b.sid); pa != 1 || pb != 1 {
 		t.Fatalf("pending a=%d b=%d after refused frames, want 1 and 1", pa, pb)
 	}
@@ -382,6 +385,9 @@ func TestGatewayMalformedFrames(t *testing.T) {
 		`{"op":"subscribe","topic":"x","class":"forever"}`:                                     gateway.CodeInvalidArgument,
 		`{"op":"subscribe","topic":"x","context":{"a":1}}`:                                     gateway.CodeInvalidArgument,
 		`{"op":"replay","stream":"x","limit":0}`:                                               gateway.CodeInvalidArgument,
+		`{"op":"subscribe","topic":"x","from":-1}`:                                             gateway.CodeInvalidArgument,
+		`{"op":"subscribe","topic":"x","from":"7"}`:                                            gateway.CodeInvalidArgument,
+		`{"op":"subscribe","topic":"x","class":"ephemeral","from":0}`:                          gateway.CodeInvalidArgument,
 		`{"op":"request","to":"x","type":"echopubsub.test.v1.Stamp","payload":[]}`:             gateway.CodeInvalidArgument,
 		`{"op":"reply","delivery_id":5,"type":"echopubsub.test.v1.Stamp","payload":{}}`:        gateway.CodeUnknownDelivery,
 		`{"op":"request","to":"not-a-session","type":"echopubsub.test.v1.Stamp","payload":{}}`: gateway.CodeUnknownSession,

@@ -24,20 +24,15 @@ func (s *socket) replay(f *clientFrame) *frameError {
 		return ferr(CodeInvalidArgument, "limit must be <= %d, got %d", s.gw.cfg.MaxReplayLimit, limit)
 	}
 	var from uint64
-	if f.From != nil {
-		from = *f.From
+	if f.from != nil {
+		from = *f.from
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.gw.ps.Config().CallTimeout)
 	defer cancel()
 	st, err := s.gw.ps.ReplaySession(ctx, s.sid, f.Stream, echopubsub.ReplayOptions{Limit: limit, From: from})
 	if err != nil {
-		switch {
-		case errors.Is(err, echopubsub.ErrNoStore):
+		if errors.Is(err, echopubsub.ErrNoStore) {
 			return ferr(CodeReplayUnavailable, "replay needs a store holding %q: %s", clip(f.Stream), clip(err.Error()))
-		case errors.Is(err, echopubsub.ErrUnauthorized):
-			return ferr(CodeUnauthorized, "%s", clip(err.Error()))
-		case errors.Is(err, echopubsub.ErrCursorBeyondEnd):
-			return ferr(CodeCursorBeyondEnd, "%s", clip(err.Error()))
 		}
 		return libErr(err)
 	}

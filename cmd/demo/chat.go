@@ -28,10 +28,13 @@ import (
 // process, each with its own WebSocket gateway and its own embedded store
 // (a bbolt file in a temp dir), where the node appends every message of the
 // durable room it receives, whoever published it. The page /chat?node=1&user=ada is a chat client
-// bound to node 1: it subscribes to the durable room, shows each message
-// and acks it after it is shown, and when it comes back from offline it
-// replays from the store what it missed, page by page, with the session's
-// pending count on screen.
+// bound to node 1, on the gateway's JavaScript client (served at
+// /static/echopubsub.js): it subscribes to the durable room from the
+// stream's start, shows each message and acks it after it is shown, and
+// when it comes back (offline and back, or a dropped socket: it reconnects
+// with back-off) it resumes from the last acked cursor + 1, so what it
+// missed comes from the node's store, with the session's pending count on
+// screen.
 
 const (
 	chatRoom   = "chat:lobby"
@@ -152,6 +155,7 @@ func (c *Chat) serve() {
 	static, _ := fs.Sub(staticFiles, "static") // cannot fail: the directory is embedded
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.Handle("GET /static/echopubsub.js", gateway.ClientHandler()) // the gateway's JavaScript client
 	mux.HandleFunc("GET /chat", func(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, static, "chat.html")
 	})

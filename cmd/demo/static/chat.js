@@ -1,38 +1,41 @@
-// Chat client of the EchoPubSub WebSocket gateway (docs/gateway.md).
-// Every message is acknowledged after it is shown; coming back online it
-// subscribes first, then replays from the store what it missed (pages of
-// PAGE rows from the last resume cursor), showing the pending count.
-"use strict";
-const ROOM = "chat:lobby", TYPE = "google.protobuf.Struct", PAGE = 20;
+// Chat page of the EchoPubSub demo, on the gateway's JavaScript client
+// (/static/echopubsub.js: the gateway module's client/echopubsub.js). The
+// room is one durable subscription from the stream's start (from: 0): the
+// room's history, then live. Each message is acked once the browser painted
+// it. Offline and back (or a dropped socket: the client reconnects with
+// back-off) the client opens a new session and resumes from the last acked
+// cursor + 1: what was missed comes from this node's store, once, in order.
+import { GatewayClient } from "/static/echopubsub.js";
+
+const ROOM = "chat:lobby", TYPE = "google.protobuf.Struct";
 const params = new URLSearchParams(location.search);
 const node = params.get("node") || "1", user = params.get("user") || "ada";
 const $ = (id) => document.getElementById(id);
 
-let ws = null, online = false, sessionId = "", cmdSeq = 0, sent = 0;
-let cursor = 0;            // the store's resume cursor of this node's room stream
-let replaying = false, replayBatch = [], lastReplay = null;
-let pending = 0, peak = 0, replayedShown = 0;
-const shown = new Set(), messages = [], errors = [], notices = [];
+let status = { state: "connecting" }, subscribed = false, sent = 0, pending = 0, peak = 0, replayedShown = 0;
+const messages = [], handled = [], errors = [], notices = [], statuses = [];
 
 function log(line) {
   const el = $("log");
   el.textContent = (new Date().toISOString().slice(11, 23)) + " " + line + "\n" + el.textContent;
 }
 
+const online = () => status.state === "open";
+
 function render() {
   $("hint").hidden = messages.length > 0; // what to do, until something happens
-  $("status").textContent = online ? "online" : "offline";
-  $("status").className = "badge " + (online ? "online" : "offline");
+  let label = status.state === "open" ? "online" : status.state === "reconnecting" ?
+    `reconnecting in ${status.delayMs} ms (attempt ${status.attempt})` : status.state === "connecting" ? "connecting" : "offline";
+  $("status").textContent = label;
+  $("status").className = "badge " + (online() ? "online" : "offline");
   $("pending").textContent = pending;
   $("peak").textContent = peak;
   $("replayed").textContent = replayedShown;
-  $("session").textContent = sessionId || "-";
-  $("lastReplay").textContent = lastReplay ? `delivered ${lastReplay.delivered}, resume ${lastReplay.resume_cursor}` +
-    (lastReplay.stopped ? " (stopped: pressure)" : "") : "none";
+  $("cursor").textContent = client.cursor(ROOM) || "-";
+  $("session").textContent = client.sessionId || "-";
 }
 
 function show(m, replayed) {
-  shown.add(m.id);
   const item = { id: m.id, from: m.from, text: m.text, at: m.at || 0, replayed };
   let i = messages.length;
   while (i > 0 && (messages[i - 1].at > item.at || (messages[i - 1].at === item.at && messages[i - 1].id > item.id))) i--;
@@ -61,117 +64,94 @@ function systemLine(text) {
   $("messages").append(li);
 }
 
-function send(cmd) {
-  cmd.id = "c" + (++cmdSeq);
-  ws.send(JSON.stringify(cmd));
-  return cmd.id;
-}
+const painted = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
-function replayPage() {
-  replaying = true;
-  send({ op: "replay", stream: ROOM, from: cursor, limit: PAGE });
-}
-
-function handle(f) {
-  switch (f.type) {
-  case "hello":
-    sessionId = f.session_id;
-    online = true;
-    log(`hello: session on ${f.node}`);
-    // Subscribe first, then replay: what is published from now on comes
-    // live, what came before comes from the store; duplicates are skipped
-    // by message id.
-    send({ op: "subscribe", topic: ROOM });
-    replayPage();
-    break;
-  case "envelope": {
-    const m = f.payload || {};
-    pending++;
-    peak = Math.max(peak, pending);
-    const isNew = m.id && !shown.has(m.id);
-    if (isNew) {
-      const missed = !!f.replayed && replayedShownEligible;
-      show(m, missed);
-      if (missed) replayedShown++;
-    }
-    if (f.replayed) {
-      replayBatch.push(f.delivery_id); // acked once the page is shown
-    } else {
-      send({ op: "ack", delivery_id: f.delivery_id }); // shown above: ack it
-    }
-    break;
-  }
-  case "result":
-    if (f.op === "ack" || f.op === "ack_many") {
-      pending = f.result.pending;
-    } else if (f.op === "replay") {
-      lastReplay = f.result;
-      cursor = f.result.resume_cursor;
-      const more = f.result.stopped || f.result.delivered + f.result.gaps >= PAGE;
-      // Ack the page after the browser painted it.
-      requestAnimationFrame(() => setTimeout(() => {
-        if (replayBatch.length > 0) send({ op: "ack_many", delivery_ids: replayBatch });
-        replayBatch = [];
-        if (more) replayPage(); else { replaying = false; replayedShownEligible = true; log(`replay done at cursor ${cursor}`); }
-        render();
-      }, 0));
-    }
-    break;
-  case "notice":
-    notices.push(f.kind);
-    log(`notice ${f.kind}: ${JSON.stringify(f.notice)}`);
-    if (f.kind === "stream_gap") systemLine(`${f.notice.missed || "some"} messages are missing from this node's store here`);
-    if (f.kind === "cursor_expired") systemLine("this node fell behind: reload the room");
-    break;
-  case "error":
-    errors.push(f.code + ": " + f.message);
-    log(`error ${f.code}: ${f.message}`);
-    break;
-  }
+// The room's handler: show the message, resolve once it is painted (the
+// client acks then). The first session's stored rows are the room's
+// history; a later session's are what this page missed while away.
+async function onMessage(msg) {
+  const m = msg.payload || {};
+  handled.push({ cursor: msg.cursor, id: m.id || "", text: m.text || "", session: msg.sessions, replayed: msg.replayed });
+  const missed = msg.replayed && msg.sessions > 1;
+  show(m, missed);
+  if (missed) replayedShown++;
   render();
+  await painted();
 }
 
-// The first replay after the page opens loads the room's history: those
-// rows are not "missed while offline". Every replay after it is.
-let replayedShownEligible = false;
-
-function connect() {
-  if (ws && ws.readyState <= 1) return;
-  const proto = location.protocol === "https:" ? "wss" : "ws";
-  ws = new WebSocket(`${proto}://${location.host}/chat/ws/${node}?user=${encodeURIComponent(user)}`);
-  ws.onmessage = (ev) => handle(JSON.parse(ev.data));
-  ws.onclose = (ev) => {
-    online = false;
-    sessionId = "";
-    pending = 0;
-    replayBatch = [];
-    log(`socket closed: ${ev.code} ${ev.reason}`);
-    render();
-  };
-}
+const client = new GatewayClient(
+  `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/chat/ws/${node}?user=${encodeURIComponent(user)}`, {
+    onStatus(s) {
+      status = s;
+      statuses.push({ state: s.state, at: Date.now(), attempt: s.attempt || 0 });
+      log(`${s.state}${s.sessionId ? " session " + s.sessionId + " on " + s.node : ""}${s.code ? ` (close ${s.code} ${s.reason || ""})` : ""}` +
+        (s.state === "reconnecting" ? ` in ${s.delayMs} ms` : ""));
+      render();
+    },
+    onNotice(n) {
+      notices.push(n.kind);
+      log(`notice ${n.kind}: ${JSON.stringify(n.notice)}`);
+      if (n.kind === "stream_gap") systemLine(`${n.notice.missed || "some"} messages are missing from this node's store here`);
+      if (n.kind === "stream_truncated") systemLine(`messages before #${n.notice.first_kept} are no longer kept`);
+      if (n.kind === "cursor_expired") systemLine("this node fell behind: reload the room");
+      if (n.kind === "live_resume" || n.kind === "node_changed") systemLine("resumed live: messages sent meanwhile are not shown");
+      render();
+    },
+    onError(e) {
+      errors.push(e.message);
+      log(`error ${e.message}`);
+      render();
+    },
+    onPending(n) {
+      pending = n;
+      peak = Math.max(peak, n);
+      render();
+    },
+  });
 
 $("user").textContent = user;
 $("node").textContent = node;
 const peer = node === "1" ? { node: "2", user: "bob" } : { node: "1", user: "ada" };
 $("peer").href = `/chat?node=${peer.node}&user=${peer.user}`;
 $("peer").textContent = `${peer.user}'s page on node ${peer.node}`;
-$("offline").onclick = () => { if (ws) ws.close(1000, "offline"); };
-$("online").onclick = () => connect();
+$("offline").onclick = () => client.disconnect(1000, "offline");
+$("online").onclick = () => client.connect();
+
+function say(text) {
+  sent++;
+  const m = { id: `${user}-${Date.now()}-${sent}`, from: user, text, at: Date.now() };
+  return client.publish(ROOM, TYPE, m).then(() => m, (e) => { errors.push(e.message); log(`publish: ${e.message}`); throw e; });
+}
+
 $("send").onsubmit = (ev) => {
   ev.preventDefault();
   const text = $("text").value.trim();
-  if (!text || !online) return;
-  sent++;
-  const m = { id: `${user}-${Date.now()}-${sent}`, from: user, text, at: Date.now() };
-  send({ op: "publish", topic: ROOM, type: TYPE, payload: m });
+  if (!text || !online()) return;
+  say(text).catch(() => {});
   $("text").value = "";
 };
 
-// For the browser test: what the page shows.
+// For the browser tests: what the page shows and did, and a way to publish
+// a numbered series as a burst (each publish is recorded once the gateway
+// took it).
+const published = [];
 window.chatState = () => JSON.stringify({
-  online, sessionId, node, user, hint: $("hint").hidden ? "" : $("hint").innerText, peer: $("peer").getAttribute("href"), pending, peak, replayed: replayedShown, replaying, lastReplay, cursor,
-  messages: messages.map((m) => ({ id: m.id, from: m.from, text: m.text, replayed: m.replayed })), errors, notices,
+  online: online(), subscribed, status: status.state, attempt: status.attempt || 0, sessionId: client.sessionId, sessions: client.sessions,
+  node, user, hint: $("hint").hidden ? "" : $("hint").innerText, peer: $("peer").getAttribute("href"),
+  pending, peak, replayed: replayedShown, cursor: client.cursor(ROOM), backlog: client.backlog(ROOM),
+  messages: messages.map((m) => ({ id: m.id, from: m.from, text: m.text, replayed: m.replayed })),
+  handled, errors, notices, statuses, published,
 });
+window.chatSeries = (prefix, n) => {
+  // All sent at once (the gateway publishes them in order): a burst.
+  for (let i = 1; i <= n; i++) {
+    const text = `${prefix}${i}`;
+    say(text).then(() => published.push({ text, at: Date.now() }), () => {});
+  }
+};
 
+client.subscribe(ROOM, onMessage, { from: 0 }).then(
+  () => { subscribed = true; log("subscribed from the room's start"); render(); },
+  (e) => { errors.push(e.message); log(`subscribe: ${e.message}`); render(); });
+client.connect();
 render();
-connect();

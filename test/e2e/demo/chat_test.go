@@ -40,7 +40,7 @@ func TestChatInBrowser(t *testing.T) {
 	// 1. Both online, history loaded (empty); the empty page says what to
 	// do and links the other user's page; a message crosses nodes.
 	for _, p := range []*chatTab{ada, bob} {
-		p.until("online, history replayed", func(s chatState) bool { return s.Online && !s.Replaying && s.LastReplay != nil })
+		p.until("online, subscribed from the room's start", func(s chatState) bool { return s.Online && s.Subscribed })
 	}
 	if s := ada.read(); !strings.Contains(s.Hint, "Send") || !strings.Contains(s.Hint, "Go offline") || s.Peer != "/chat?node=2&user=bob" {
 		t.Fatalf("ada's empty page does not say what to do: hint %q, link %q", s.Hint, s.Peer)
@@ -76,7 +76,7 @@ func TestChatInBrowser(t *testing.T) {
 	// 3. Bob back: the missed messages come from node 2's store.
 	bob.click("#online")
 	s := bob.until("missed messages replayed and acked", func(s chatState) bool {
-		return s.Online && !s.Replaying && s.Replayed == len(missed) && s.Pending == 0
+		return s.Online && s.Sessions == 2 && s.Replayed == len(missed) && s.Pending == 0
 	})
 	if s.Peak < len(missed) {
 		t.Fatalf("peak pending %d: the replayed page (%d rows) was not pending while shown", s.Peak, len(missed))
@@ -111,20 +111,35 @@ func TestChatInBrowser(t *testing.T) {
 	}
 }
 
+// chatState is what the chat page (static/chat.js) shows and did.
 type chatState struct {
-	Online     bool            `json:"online"`
-	SessionID  string          `json:"sessionId"`
-	Pending    int             `json:"pending"`
-	Peak       int             `json:"peak"`
-	Replayed   int             `json:"replayed"`
-	Replaying  bool            `json:"replaying"`
-	LastReplay json.RawMessage `json:"lastReplay"`
+	Online     bool   `json:"online"`
+	Subscribed bool   `json:"subscribed"` // the room's subscription was confirmed
+	Status     string `json:"status"`     // the client's state: connecting, open, reconnecting, disconnected
+	Attempt    int    `json:"attempt"`    // reconnect attempts since the last session opened
+	SessionID  string `json:"sessionId"`
+	Sessions   int    `json:"sessions"` // sessions the client opened
+	Pending    int    `json:"pending"`
+	Peak       int    `json:"peak"`
+	Replayed   int    `json:"replayed"`
+	Cursor     uint64 `json:"cursor"`  // the room's last acked cursor
+	Backlog    int    `json:"backlog"` // arrived, waiting for the handler
 	Messages   []struct {
 		ID       string `json:"id"`
 		From     string `json:"from"`
 		Text     string `json:"text"`
 		Replayed bool   `json:"replayed"`
 	} `json:"messages"`
+	// Handled is every message the room's handler ran for, in order.
+	Handled []struct {
+		Cursor   uint64 `json:"cursor"`
+		Text     string `json:"text"`
+		Session  int    `json:"session"`
+		Replayed bool   `json:"replayed"`
+	} `json:"handled"`
+	Published []struct {
+		Text string `json:"text"`
+	} `json:"published"` // chatSeries's messages, once the gateway took each
 	Errors  []string `json:"errors"`
 	Notices []string `json:"notices"`
 	Hint    string   `json:"hint"` // the what-to-do box's text while it is shown

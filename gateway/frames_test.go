@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/echopubsub/echopubsub"
+)
+
+// subscribe's from: absent is live only (no catch-up), 0 and 1 the stream's
+// start, any cursor up to 2^64-1; anything else is refused with a message
+// that names the field and the value, never a crash.
+func TestDecodeSubscribeFrom(t *testing.T) {
+	for _, c := range []struct {
+		frame string
+		from  *uint64 // nil: live only
+	}{
+		{`{"op":"subscribe","topic":"room"}`, nil},
+		{`{"op":"subscribe","topic":"room","from":0}`, ptr(0)},
+		{`{"op":"subscribe","topic":"room","from":1}`, ptr(1)},
+		{`{"op":"subscribe","topic":"room","from": 42 }`, ptr(42)},
+		{`{"op":"subscribe","topic":"room","class":"durable","from":18446744073709551615}`, ptr(1<<64 - 1)},
+		{`{"op":"replay","stream":"room","from":7}`, ptr(7)},
+	} {
+		f, fe := decodeClientFrame([]byte(c.frame))
+		if fe != nil {
+			t.Fatalf("%s refused: %v", c.frame, fe)
+		}
+		switch {
+		case c.from == nil && f.from != nil:
+			t.Fatalf("%s: from %d, want absent (live only)", c.frame, *f.from)
+		case c.from != nil && (f.from == nil || *f.from != *c.from):
+			t.Fatalf("%s: from %v, want %d", c.frame, f.from, *c.from)
+		}
+	}
+	for _, c := range []struct{ frame, code, says string }{
+		{`{"op":"subscribe","topic":"room","from":-1}`, CodeInvalidArgument, "from must be a cursor (an integer from 0 to 18446744073709551615), got -1"},
+		{`{"op":"subscribe","topic":"room","from":1.5}`, CodeInvalidArgument, "got 1.5"},
+		{`{"op":"subscribe","topic":"room","from":1e3}`, CodeInvalidArgument, "got 1e3"},
+		{`{"op":"subscribe","topic":"room","from":"3"}`, CodeInvalidArgument, `got "3"`},
+		{`{"op":"subscribe","topic":"room","from":null}`, CodeInvalidArgument, "got null"},
+		{`{"op":"subscribe","topic":"room","from":{}}`, CodeInvalidArgument, "got {}"},
+		{`{"op":"subscribe","topic":"room","from":18446744073709551616}`, CodeInvalidArgument, "got 18446744073709551616"},
+		{`{"op":"subscribe","topic":"room","from":` + strings.Repeat("9", 500) + `}`, CodeInvalidArgument, "..."},
+		{`{"op":"subscribe","topic":"room","class":"ephemeral","from":3}`, CodeInvalidArgument, "from needs a durable subscription"},
+		{`{"op":"replay","stream":"room","from":-2}`, CodeInvalidArgument, "got -2"},
+		{`{"op":"unsubscribe","topic":"room","from":3}`, CodeInvalidArgument, "op unsubscribe takes no from"},
+		{`{"op":"subscribe","topic":"room","from":}`, CodeMalformedFrame, "not a JSON object"},
+	} {
+		_, fe := decodeClientFrame([]byte(c.frame))
+		if fe == nil || fe.Code != c.code || !strings.Contains(fe.Message, c.says) {
+			t.Fatalf("%s: refusal %v, want %s saying %q", c.frame, fe, c.code, c.says)
+		}
+	}
+}
+
+func ptr(n uint64) *uint64 { return &n }
+
+// A *StreamTruncated reaches the client as notice "stream_truncated" with
+// the rows it asked for (from) and the first the store still keeps.
+func TestStreamTruncatedNotice(t *testing.T) {
+	b := (&socket{}).encodeNotice(&echopubsub.StreamTruncated{SessionID: "s.1", Stream: "room", From: 3, FirstKept: 40})
+	var f struct {
+		Type, Kind string
+		Notice     map[string]interface{}
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Type != "notice" || f.Kind != "stream_truncated" || f.Notice["stream"] != "room" || f.Notice["from"] != 3.0 ||
+		f.Notice["first_kept"] != 40.0 || f.Notice["session_id"] != "s.1" {
+		t.Fatalf("StreamTruncated as %s", b)
+	}
+}
