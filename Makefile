@@ -28,7 +28,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant bench
+.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-scale
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -79,3 +79,7 @@ soak-plant:
 # The benchmark run behind docs/benchmarks.md (the harness is in test/e2e).
 bench:
 	cd $(E2E) && $(GO) run ./bench -full -doc ../../docs/benchmarks.md
+
+# The cost of a large cluster (docs/scaling.md): N full-mesh nodes in one process.
+bench-scale:
+	ECHOPUBSUB_SCALE_NODES=4,8,16,32 $(GO) test -run '^$$' -bench ClusterScale -benchtime 20000x -timeout 30m .
