@@ -36,27 +36,14 @@ import (
 // transaction does not advance) and whose values are encoded records.
 type Store struct {
 	db      *bbolt.DB
-	commits *storekit.GroupCommit[*boltAppend]
+	commits *storekit.GroupCommit[*storekit.LocalAppend]
 }
-
-type boltAppend struct {
-	recs []echopubsub.Record
-	gap  *echopubsub.Record     // MarkGap: appended to every stream
-	pos  *core.ProducerPosition // AppendAt, MarkGap: recorded
-}
-
-// synced reports whether a's transaction must be fsynced before it is
-// acknowledged: rows are; a position alone is not (see LocalStore).
-func (a *boltAppend) synced() bool { return len(a.recs) > 0 || a.gap != nil }
 
 var (
 	bucketStreams   = []byte("streams")
 	bucketMeta      = []byte("meta")
 	bucketProducers = []byte("producers")
 )
-
-// boltFormat is the record encoding's version (first byte of each value).
-const boltFormat = 1
 
 // Open opens (or creates) the embedded store at path. It waits at
 // most 5 s for another process's lock on the file.
@@ -137,52 +124,35 @@ func positionKey(node string, group uint32) []byte {
 }
 
 func (s *Store) submit(ctx context.Context, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
-	for i := range recs {
-		if err := storekit.ValidateRecord(&recs[i]); err != nil {
-			return err
-		}
-	}
-	// The committer works on its own copy: a caller that gave up (ctx)
-	// must not see its records written to later.
-	a := &boltAppend{recs: append([]echopubsub.Record(nil), recs...), gap: gap, pos: pos}
-	if err := s.commits.Submit(ctx, a); err != nil {
-		if errors.Is(err, echopubsub.ErrStoreClosed) {
-			return err
-		}
-		return fmt.Errorf("echopubsub: bolt append: %w", err)
-	}
-	for i := range recs {
-		recs[i].Cursor = a.recs[i].Cursor
-	}
-	return nil
+	return storekit.SubmitLocal(ctx, s.commits, "bolt append", recs, gap, pos)
 }
 
 // commit writes batch in one transaction (storekit.GroupCommit retries each append
 // alone when it fails).
-func (s *Store) commit(batch []*boltAppend) error {
+func (s *Store) commit(batch []*storekit.LocalAppend) error {
 	sync := false
 	for _, a := range batch {
-		sync = sync || a.synced()
+		sync = sync || a.Synced()
 	}
 	s.db.NoSync = !sync // only this goroutine writes: read by this Update's commit alone
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for _, a := range batch {
-			if err := appendTx(tx, a.recs); err != nil {
+			if err := appendTx(tx, a.Recs); err != nil {
 				return err
 			}
-			if a.gap != nil {
-				if err := gapTx(tx, a.gap); err != nil {
+			if a.Gap != nil {
+				if err := gapTx(tx, a.Gap); err != nil {
 					return err
 				}
 			}
-			if a.pos != nil {
-				v := binary.BigEndian.AppendUint64(nil, a.pos.Incarnation)
-				v = binary.BigEndian.AppendUint64(v, a.pos.Next)
+			if a.Pos != nil {
+				v := binary.BigEndian.AppendUint64(nil, a.Pos.Incarnation)
+				v = binary.BigEndian.AppendUint64(v, a.Pos.Next)
 				r := byte(0)
-				if a.pos.Retired {
+				if a.Pos.Retired {
 					r = 1
 				}
-				if err := tx.Bucket(bucketProducers).Put(positionKey(a.pos.Node, a.pos.Group), append(v, r)); err != nil {
+				if err := tx.Bucket(bucketProducers).Put(positionKey(a.Pos.Node, a.Pos.Group), append(v, r)); err != nil {
 					return err
 				}
 			}
@@ -224,7 +194,7 @@ func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 		if err != nil {
 			return err
 		}
-		if err := b.Put(cursorKey(c), encodeRecord(r)); err != nil {
+		if err := b.Put(cursorKey(c), storekit.AppendRecord(make([]byte, 0, storekit.RecordSize(r)), r)); err != nil {
 			return err
 		}
 		r.Cursor = c
@@ -234,32 +204,27 @@ func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 
 // Read implements echopubsub.Store.
 func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
-	if limit <= 0 {
-		return nil, 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
-	}
-	if from == 0 {
-		from = 1
-	}
-	if err := ctx.Err(); err != nil {
+	from, err := storekit.ReadFrom(ctx, from, limit)
+	if err != nil {
 		return nil, 0, err
 	}
 	var out []echopubsub.Record
 	next := from
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err = s.db.View(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketStreams).Bucket([]byte(stream))
 		var end uint64 // last cursor handed out
 		if b != nil {
 			end = b.Sequence()
 		}
-		if from > end+1 {
-			return fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, end)
+		if err := storekit.BeyondEnd(stream, from, end); err != nil {
+			return err
 		}
 		if b == nil {
 			return nil
 		}
 		c := b.Cursor()
 		for k, v := c.Seek(cursorKey(from)); k != nil && len(out) < limit; k, v = c.Next() {
-			r, err := decodeRecord(v)
+			r, err := storekit.DecodeRecord(v)
 			if err != nil {
 				return fmt.Errorf("stream %q cursor %d: %w", stream, binary.BigEndian.Uint64(k), err)
 			}
@@ -288,44 +253,6 @@ func cursorKey(c uint64) []byte {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], c)
 	return k[:]
-}
-
-// encodeRecord: format byte, kind byte, then uvarint-length-prefixed
-// origin, payload type, payload and reason, and uvarint missed.
-func encodeRecord(r *echopubsub.Record) []byte {
-	n := 2 + 4*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason) + binary.MaxVarintLen64
-	b := make([]byte, 0, n)
-	b = append(b, boltFormat, byte(r.Kind))
-	for _, f := range [][]byte{[]byte(r.Origin), []byte(r.PayloadType), r.Payload, []byte(r.Reason)} {
-		b = binary.AppendUvarint(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return binary.AppendUvarint(b, r.Missed)
-}
-
-func decodeRecord(b []byte) (echopubsub.Record, error) {
-	var r echopubsub.Record
-	if len(b) < 2 || b[0] != boltFormat {
-		return r, fmt.Errorf("record of unknown format")
-	}
-	r.Kind = echopubsub.RecordKind(b[1])
-	b = b[2:]
-	var fields [4][]byte
-	for i := range fields {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < n {
-			return r, fmt.Errorf("truncated record")
-		}
-		fields[i] = b[k : k+int(n)]
-		b = b[k+int(n):]
-	}
-	missed, k := binary.Uvarint(b)
-	if k <= 0 {
-		return r, fmt.Errorf("truncated record")
-	}
-	r.Origin, r.PayloadType, r.Reason, r.Missed = string(fields[0]), string(fields[1]), string(fields[3]), missed
-	r.Payload = append([]byte(nil), fields[2]...) // bbolt's memory is valid only in its transaction
-	return r, nil
 }
 
 var _ core.LocalStore[echopubsub.Record] = (*Store)(nil)
