@@ -28,7 +28,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant bench
+.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-durable
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -79,3 +79,15 @@ soak-plant:
 # The benchmark run behind docs/benchmarks.md (the harness is in test/e2e).
 bench:
 	cd $(E2E) && $(GO) run ./bench -full -doc ../../docs/benchmarks.md
+
+# The durable-stream benchmarks behind docs/benchmarks.md "Durable streams"
+# (Go benchmarks, one node in one process): the segmented log
+# (store/seglog) and bbolt (store/bolt), each with this disk's fdatasync
+# probe in the same run and directory (storetest.BenchLocalDurable), then
+# JetStream with file storage and fsync per message. The load average is
+# printed before each.
+BENCH_DURABLE = -run '^$$' -benchtime 2s -count 3
+bench-durable:
+	@uptime; $(ROOT) test $(BENCH_DURABLE) -bench . ./store/seglog | grep -v 'logger.go'
+	@uptime; cd store/bolt && $(GO) test $(BENCH_DURABLE) -bench . . | grep -v 'logger.go'
+	@uptime; cd $(E2E) && $(GO) test $(BENCH_DURABLE) -bench 'JetStreamFilePublish/fsync_each=true' ./jetstream/ | grep -v 'logger.go'
