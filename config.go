@@ -74,6 +74,11 @@ type Config struct {
 	// (either side's cursor is enough); when both sides forgot, where the
 	// node was is unknown and it is told CursorExpired. Defaults to 5m.
 	ForgetAfter time.Duration
+	// RetentionInterval is how often the pubsub trims its durable streams
+	// to WithRetention (the first trim runs at Start): rows outlive a
+	// limit by up to about this long. Ignored without WithRetention.
+	// Defaults to 1m.
+	RetentionInterval time.Duration
 	// SessionConfig: acknowledged sessions (OpenSession); its fields read
 	// as Config's own.
 	SessionConfig
@@ -117,6 +122,7 @@ func DefaultConfig(name string) Config {
 		MaxPendingWrites:         10_000,
 		MaxQueueLen:              10_000,
 		ForgetAfter:              5 * time.Minute,
+		RetentionInterval:        time.Minute,
 		SessionConfig:            DefaultSessionConfig(),
 	}
 }
@@ -167,6 +173,7 @@ func (c Config) Validate() error {
 	}{
 		{"CallTimeout", c.CallTimeout}, {"RetryInterval", c.RetryInterval},
 		{"CapacityWarningInterval", c.CapacityWarningInterval}, {"ForgetAfter", c.ForgetAfter},
+		{"RetentionInterval", c.RetentionInterval},
 	}
 	for _, f := range durations {
 		if f.v <= 0 {

@@ -249,6 +249,17 @@
 // and a node that was away while others wrote gets one gap row per
 // producer. Limits are in docs/operations.md ("Durable streams").
 //
+// Retention: WithRetention(Retention{MaxAge, MaxRows, MaxBytes}) (a zero
+// field is no limit) makes the pubsub trim every stream of its store, at
+// Start and every Config.RetentionInterval, oldest rows first, through the
+// store's Trimmer (store/bolt and store/postgres implement it; Start
+// refuses a store that does not). Trimming deletes in bounded chunks, so
+// appends wait for at most about one chunk. Cursors are never reused: a
+// stream's end survives its rows. A replay (or a WithFrom catch-up) from a
+// cursor below what is kept hands the session a *StreamTruncated{From,
+// FirstKept} first, then the rows from FirstKept (ReplayStats.Truncated):
+// the store forgot, and says so; a read never jumps silently.
+//
 // # Design answers
 //
 //   - Broadcast encodes the message once, in the caller, and returns when the

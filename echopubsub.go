@@ -137,6 +137,7 @@ type PubSub struct {
 	registry   *actor.PID
 	sess       *sessions   // acknowledged sessions (session.go)
 	dur        *durability // durable streams (store.go)
+	trim       *trimmer    // WithRetention (retention.go); nil without
 
 	stopOnce sync.Once
 	stopErr  error
@@ -183,6 +184,9 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, err
 	}
 	ps.dur = dur
+	if dur.retention != (Retention{}) {
+		ps.trim = startTrimmer(dur.store.(Trimmer), dur.retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
+	}
 	return ps, nil
 }
 
@@ -600,6 +604,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 	}
 	ps.stopOnce.Do(func() {
 		ps.rt.Close()
+		ps.trim.stop() // no store call after Stop: the caller may close the store then
 		ps.drain(ctx)
 		var errs []error
 		if err := ps.membership.Stop(ctx); err != nil {

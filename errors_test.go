@@ -73,6 +73,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{"RetryInterval", func(c *echopubsub.Config) { c.RetryInterval = -time.Millisecond }, []string{"RetryInterval", "-1ms"}},
 		{"CapacityWarningInterval", func(c *echopubsub.Config) { c.CapacityWarningInterval = 0 }, []string{"CapacityWarningInterval"}},
 		{"ForgetAfter", func(c *echopubsub.Config) { c.ForgetAfter = 0 }, []string{"ForgetAfter"}},
+		{"RetentionInterval", func(c *echopubsub.Config) { c.RetentionInterval = -time.Minute }, []string{"RetentionInterval", "-1m0s"}},
 		{"CapacityWarningThreshold 0", func(c *echopubsub.Config) { c.CapacityWarningThreshold = 0 }, []string{"CapacityWarningThreshold", "0"}},
 		{"CapacityWarningThreshold > 1", func(c *echopubsub.Config) { c.CapacityWarningThreshold = 1.5 }, []string{"CapacityWarningThreshold", "1.5"}},
 		{"CapacityWarningThreshold NaN", func(c *echopubsub.Config) { c.CapacityWarningThreshold = math.NaN() }, []string{"CapacityWarningThreshold", "NaN"}},

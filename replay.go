@@ -43,6 +43,12 @@ type ReplayStats struct {
 	// missing-message counts.
 	Gaps   int
 	Missed uint64
+	// Truncated: the page began below what the store keeps (rows removed
+	// under WithRetention): the session was handed a *StreamTruncated
+	// before any row, and the page went on from FirstKept, the store's
+	// first cursor still kept (its end + 1 when it keeps no row).
+	Truncated bool
+	FirstKept uint64
 }
 
 // StreamGap tells a session, during ReplaySession or a WithFrom catch-up,
@@ -72,6 +78,12 @@ type StreamGap struct {
 // node's reservation table has room. The first refused row stops the page
 // (Stopped): ResumeCursor stays at it, and the next call starts there. A
 // replay never closes a session.
+//
+// A page from a cursor below what the store keeps (WithRetention removed
+// rows) first hands the session a *StreamTruncated{From, FirstKept}
+// (through the same queue as the envelopes, so before them), then the rows
+// from FirstKept: ReplayStats.Truncated, and ResumeCursor at least
+// FirstKept. The store forgot, and says so; a page never jumps silently.
 //
 // Replayed rows and live deliveries of the stream are independent: a row
 // can arrive both ways; use the envelope's Cursor (node-local store: the
@@ -113,6 +125,12 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 		return st, fmt.Errorf("echopubsub: replay %q: %w", stream, err)
 	}
 	st.NextCursor = next
+	if firstKept, truncated := truncation(opts.From, rows, next); truncated {
+		if !ps.sess.engine.Notify(s, &StreamTruncated{SessionID: id, Stream: stream, From: max(opts.From, 1), FirstKept: firstKept}) {
+			return st, ErrUnknownSession
+		}
+		st.Truncated, st.FirstKept, st.ResumeCursor = true, firstKept, firstKept
+	}
 	spec, subscribed := (*rec.subs.Load())[stream]
 	for i := range rows {
 		r := &rows[i]

@@ -41,10 +41,14 @@ type Store interface {
 	Append(ctx context.Context, recs []Record) error
 	// Read returns up to limit (> 0) rows of stream whose cursor is >=
 	// from (0 reads from the start), in cursor order, and next, the cursor
-	// after the last row returned (from, or 1 for from 0, when none). A
-	// from past the stream's end + 1 is ErrCursorBeyondEnd: such a cursor
-	// was not handed out by this store. A stream never appended to is
-	// empty: reading it from 0 or 1 returns no rows and next 1.
+	// after the last row returned. With no row: next is from (1 for from
+	// 0) when nothing at or after from was appended yet, and the stream's
+	// end + 1 when every row from from on was removed (Trimmer). A from
+	// past the stream's end + 1 is ErrCursorBeyondEnd: such a cursor was
+	// not handed out by this store. A stream never appended to is empty:
+	// reading it from 0 or 1 returns no rows and next 1. A first row above
+	// from, or a next above from with no row, means rows below were
+	// removed: the replay and catch-up tell the session (StreamTruncated).
 	Read(ctx context.Context, stream string, from uint64, limit int) (recs []Record, next uint64, err error)
 	// Shared reports whether every node of the cluster uses this store (a
 	// shared database: the publishing node appends each row once, and a
@@ -54,6 +58,52 @@ type Store interface {
 	Shared() bool
 	// Close releases the store. Calls after Close fail.
 	Close() error
+}
+
+// Trimmer is what a Store adds to enforce a Retention (WithRetention): it
+// is an interface of its own, not a method of Store, so that a Store
+// written for an earlier release still compiles and runs unchanged when
+// nobody asks for retention; Start refuses WithRetention with a store that
+// lacks it, naming the store's type, rather than keep rows it was told to
+// drop. store/bolt, store/postgres and test.MemStore implement it.
+//
+// The rules every implementation follows (store/storetest checks them):
+//
+//   - Only the oldest rows of a stream go: Trim removes, per stream, every
+//     row at or below one cursor. The rows kept are a contiguous run that
+//     ends at the stream's last row, so Read from a removed cursor returns
+//     the first kept row, or, with every row removed, no row and next =
+//     the stream's end + 1.
+//   - Cursors are never reused: the stream's end survives its rows (and a
+//     reopen); the next Append continues after it.
+//   - MaxRows counts every row (gap rows too); MaxBytes counts the
+//     payload bytes (len(Payload)) of the rows kept, and keeps at most that
+//     many, even when that leaves no row; MaxAge removes the rows appended
+//     more than MaxAge before now. A row with the zero Time (written before
+//     the store recorded times) is as old as the first timed row after it:
+//     it goes when a later row goes for its age, never on its own.
+//   - Appends are never blocked for long: an implementation removes rows in
+//     bounded chunks, each its own transaction, and rows of the stream
+//     appended meanwhile are kept (they are above the cut).
+//   - A node-local store keeps its producer positions and its gap rows
+//     working: MarkGap still writes a gap row into a stream whose rows were
+//     all removed.
+type Trimmer interface {
+	// Trim removes from every stream the rows r does not keep (now is
+	// the store's clock) and reports, per stream it removed rows from,
+	// what it removed. With ctx ended it stops between chunks and returns
+	// what it removed so far with ctx's error. A zero r removes nothing.
+	Trim(ctx context.Context, r Retention) ([]Trimmed, error)
+}
+
+// Trimmed is what one Trim removed from one stream.
+type Trimmed struct {
+	Stream string
+	// Rows and Bytes (payload bytes) removed.
+	Rows, Bytes uint64
+	// FirstKept is the stream's first cursor still kept: its end + 1 when
+	// every row was removed.
+	FirstKept uint64
 }
 
 // RecordKind is what a stream row holds.
@@ -95,6 +145,11 @@ type Record struct {
 	Missed uint64
 	// Reason says why a gap is there.
 	Reason string
+	// Time is when the row was appended: Append sets it (the store's
+	// clock, UTC, to the microsecond) when it is zero. Retention.MaxAge
+	// reads it. Rows a store wrote before it recorded times read back
+	// with the zero Time (see Trimmer).
+	Time time.Time
 }
 
 // Store errors.
@@ -155,13 +210,17 @@ type durability struct {
 	exact     map[string]bool
 	prefixes  []string
 	authorize func(sessionID, stream string) error
+	retention Retention // WithRetention (checked: the store is a Trimmer)
 }
 
 func newDurability(o *options) (*durability, error) {
 	if len(o.durable) > 0 && o.store == nil {
 		return nil, fmt.Errorf("echopubsub: WithDurableTopics %q needs WithStore", o.durable)
 	}
-	d := &durability{store: o.store, exact: map[string]bool{}, authorize: o.authorize}
+	if err := checkRetention(o); err != nil {
+		return nil, err
+	}
+	d := &durability{store: o.store, exact: map[string]bool{}, authorize: o.authorize, retention: o.retention}
 	for _, p := range o.durable {
 		switch {
 		case p == "" || p == "*":

@@ -321,6 +321,8 @@ func TestMetricsAsPrometheusReadsThem(t *testing.T) {
 		"echopubsub_session_slow_consumer_actions_total": 2,
 		"echopubsub_session_pressure_notices_total":      4,
 		"echopubsub_session_refused_total":               1,
+		"echopubsub_retention_trimmed_rows_total":        1,
+		"echopubsub_retention_trimmed_bytes_total":       1,
 	} {
 		f := fs[name]
 		if f == nil {

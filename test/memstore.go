@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -17,7 +18,8 @@ import (
 // producer positions as store/bolt does (gap rows included: it implements
 // the module's internal LocalStore) and passes store/storetest, but
 // nothing survives its process. Reopen gives a new handle on the same
-// rows, as reopening a file does; Close closes one handle.
+// rows, as reopening a file does; Close closes one handle. It implements
+// echopubsub.Trimmer (retention) as the real stores do.
 type MemStore struct {
 	d      *memData
 	closed atomic.Bool
@@ -25,13 +27,22 @@ type MemStore struct {
 
 type memData struct {
 	mu        sync.Mutex
-	streams   map[string][]echopubsub.Record
+	streams   map[string]*memStream
 	positions map[string]core.ProducerPosition
 }
 
+// memStream is one stream: rows holds cursors first.. (trimmed rows gone).
+type memStream struct {
+	first uint64
+	rows  []echopubsub.Record
+}
+
+// end is the stream's last cursor handed out.
+func (m *memStream) end() uint64 { return m.first + uint64(len(m.rows)) - 1 }
+
 // NewMemStore returns an empty store.
 func NewMemStore() *MemStore {
-	return &MemStore{d: &memData{streams: map[string][]echopubsub.Record{}, positions: map[string]core.ProducerPosition{}}}
+	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]core.ProducerPosition{}}}
 }
 
 // Reopen returns a new open handle on s's rows (s may be closed).
@@ -61,6 +72,7 @@ func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos c
 			return err
 		}
 	}
+	storekit.Stamp(recs)
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	for i := range recs {
@@ -77,13 +89,11 @@ func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	names := make([]string, 0, len(s.d.streams))
-	for n := range s.d.streams {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := s.d.names()
+	stamped := []echopubsub.Record{gap}
+	storekit.Stamp(stamped)
 	for _, n := range names {
-		g := gap
+		g := stamped[0]
 		g.Kind, g.Stream = echopubsub.RecordGap, n
 		s.d.add(g)
 	}
@@ -118,12 +128,16 @@ func (s *MemStore) Read(ctx context.Context, stream string, from uint64, limit i
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	rows := s.d.streams[stream]
-	if end := uint64(len(rows)); from > end+1 {
+	m := s.d.streams[stream]
+	if m == nil {
+		m = &memStream{first: 1}
+	}
+	if end := m.end(); from > end+1 {
 		return nil, 0, fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, end)
 	}
+	from = max(from, m.first) // rows below first were trimmed: Read goes on from the first kept
 	var out []echopubsub.Record
-	for _, r := range rows[from-1:] {
+	for _, r := range m.rows[from-m.first:] {
 		if len(out) == limit {
 			break
 		}
@@ -133,6 +147,46 @@ func (s *MemStore) Read(ctx context.Context, stream string, from uint64, limit i
 	return out, from + uint64(len(out)), nil
 }
 
+// Trim implements echopubsub.Trimmer, under the lock (a MemStore holds
+// little: no chunks).
+func (s *MemStore) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.Trimmed, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	var out []echopubsub.Trimmed
+	for _, name := range s.d.names() {
+		m := s.d.streams[name]
+		walk := func(rows []echopubsub.Record, down bool) func(func(storekit.Row) bool) {
+			return func(yield func(storekit.Row) bool) {
+				for i := range rows {
+					rec := &rows[i]
+					if down {
+						rec = &rows[len(rows)-1-i]
+					}
+					if !yield(storekit.Row{Cursor: rec.Cursor, Time: rec.Time, Bytes: uint64(len(rec.Payload))}) {
+						return
+					}
+				}
+			}
+		}
+		cut := storekit.Cut(r, now, m.first, m.end(), walk(m.rows, false), walk(m.rows, true))
+		if cut < m.first {
+			continue
+		}
+		t := echopubsub.Trimmed{Stream: name, Rows: cut - m.first + 1, FirstKept: cut + 1}
+		for _, rec := range m.rows[:t.Rows] {
+			t.Bytes += uint64(len(rec.Payload))
+		}
+		m.rows = append([]echopubsub.Record(nil), m.rows[t.Rows:]...)
+		m.first = cut + 1
+		out = append(out, t)
+	}
+	return out, nil
+}
+
 func (s *MemStore) usable(ctx context.Context) error {
 	if s.closed.Load() {
 		return echopubsub.ErrStoreClosed
@@ -140,11 +194,26 @@ func (s *MemStore) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// names are the streams held, sorted; d.mu held.
+func (d *memData) names() []string {
+	names := make([]string, 0, len(d.streams))
+	for n := range d.streams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // add appends r (a copy) to its stream and returns its cursor; d.mu held.
 func (d *memData) add(r echopubsub.Record) uint64 {
+	m := d.streams[r.Stream]
+	if m == nil {
+		m = &memStream{first: 1}
+		d.streams[r.Stream] = m
+	}
 	r.Payload = append([]byte(nil), r.Payload...)
-	r.Cursor = uint64(len(d.streams[r.Stream])) + 1
-	d.streams[r.Stream] = append(d.streams[r.Stream], r)
+	r.Cursor = m.end() + 1
+	m.rows = append(m.rows, r)
 	return r.Cursor
 }
 
@@ -157,4 +226,7 @@ func (d *memData) record(pos core.ProducerPosition) {
 
 func memPositionKey(node string, group uint32) string { return fmt.Sprintf("%s/%d", node, group) }
 
-var _ core.LocalStore[echopubsub.Record] = (*MemStore)(nil)
+var (
+	_ core.LocalStore[echopubsub.Record] = (*MemStore)(nil)
+	_ echopubsub.Trimmer                 = (*MemStore)(nil)
+)

@@ -36,6 +36,7 @@ type Metrics struct {
 	dropped, bpNotices            metric.Int64Counter
 	slowActions, sessionPressure  metric.Int64Counter
 	sessionRefused                metric.Int64Counter
+	trimmedRows, trimmedBytes     metric.Int64Counter // retention (durable streams)
 	reservationsGauge             metric.Int64ObservableGauge
 	reservations                  atomic.Pointer[func() int64] // read by the gauge's callback
 	pubsubOnly                    metric.MeasurementOption
@@ -132,6 +133,8 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	m.slowActions = counter("echopubsub.session.slow_consumer_actions", "{session}", "Sessions closed because a durable delivery found HardQueue pending, by action (disconnect, exit_owner).")
 	m.sessionPressure = counter("echopubsub.session.pressure_notices", "{notice}", "SessionPressure notices sent to session owners, by state.")
 	m.sessionRefused = counter("echopubsub.session.refused", "{delivery}", "Durable session deliveries refused because the node's reservation table was full.")
+	m.trimmedRows = counter("echopubsub.retention.trimmed_rows", "{row}", "Durable stream rows this node's retention (WithRetention) removed from its store.")
+	m.trimmedBytes = counter("echopubsub.retention.trimmed_bytes", "By", "Payload bytes of the durable stream rows this node's retention removed.")
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +213,8 @@ func (m *Metrics) recordZeros() {
 		}
 	}
 	m.sessionRefused.Add(ctx, 0, m.pubsubOnly)
+	m.trimmedRows.Add(ctx, 0, m.pubsubOnly)
+	m.trimmedBytes.Add(ctx, 0, m.pubsubOnly)
 }
 
 // Close unregisters the gauges' callback. Idempotent.
@@ -293,6 +298,15 @@ func (m *Metrics) SessionPressure(state string) {
 func (m *Metrics) SessionRefused() {
 	if m != nil {
 		m.sessionRefused.Add(context.Background(), 1, m.pubsubOnly)
+	}
+}
+
+// RetentionTrimmed counts rows (and their payload bytes) that retention
+// removed from the store. Safe on a nil Metrics.
+func (m *Metrics) RetentionTrimmed(rows, bytes uint64) {
+	if m != nil {
+		m.trimmedRows.Add(context.Background(), int64(rows), m.pubsubOnly)
+		m.trimmedBytes.Add(context.Background(), int64(bytes), m.pubsubOnly)
 	}
 }
 

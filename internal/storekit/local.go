@@ -30,6 +30,12 @@ func SubmitLocal(ctx context.Context, g *GroupCommit[*LocalAppend], what string,
 			return err
 		}
 	}
+	Stamp(recs)
+	if gap != nil {
+		g := []echopubsub.Record{*gap}
+		Stamp(g)
+		gap = &g[0]
+	}
 	// The committer works on its own copy: a caller that gave up (ctx)
 	// must not see its records written to later.
 	a := &LocalAppend{Recs: append([]echopubsub.Record(nil), recs...), Gap: gap, Pos: pos}

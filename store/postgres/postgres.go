@@ -125,7 +125,11 @@ func (s *Store) migrate(ctx context.Context) error {
 				payload bytea NOT NULL,
 				missed bigint NOT NULL,
 				reason text NOT NULL,
+				appended_at timestamptz,
 				PRIMARY KEY (stream, cursor))`,
+			// Tables created before rows carried their append time: those
+			// rows keep NULL, read as the zero Time (see Trim).
+			`ALTER TABLE ` + s.records + ` ADD COLUMN IF NOT EXISTS appended_at timestamptz`,
 		} {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("echopubsub postgres: create schema: %w", err)
@@ -152,6 +156,7 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 			return err
 		}
 	}
+	storekit.Stamp(recs)
 	a := &pending{recs: append([]echopubsub.Record(nil), recs...)}
 	if err := s.commits.Submit(ctx, a); err != nil {
 		if errors.Is(err, echopubsub.ErrStoreClosed) {
@@ -218,12 +223,12 @@ func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
 				if payload == nil {
 					payload = []byte{}
 				}
-				rows = append(rows, []any{r.Stream, int64(c), int16(r.Kind), r.Origin, r.PayloadType, payload, int64(r.Missed), r.Reason})
+				rows = append(rows, []any{r.Stream, int64(c), int16(r.Kind), r.Origin, r.PayloadType, payload, int64(r.Missed), r.Reason, r.Time})
 				c++
 			}
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{unquote(s.records)},
-			[]string{"stream", "cursor", "kind", "origin", "payload_type", "payload", "missed", "reason"}, pgx.CopyFromRows(rows))
+			[]string{"stream", "cursor", "kind", "origin", "payload_type", "payload", "missed", "reason", "appended_at"}, pgx.CopyFromRows(rows))
 		return err
 	})
 	if err != nil {
@@ -249,7 +254,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 	if from == 0 {
 		from = 1
 	}
-	rows, err := s.pool.Query(ctx, `SELECT cursor, kind, origin, payload_type, payload, missed, reason FROM `+s.records+`
+	rows, err := s.pool.Query(ctx, `SELECT cursor, kind, origin, payload_type, payload, missed, reason, appended_at FROM `+s.records+`
 		WHERE stream = $1 AND cursor >= $2 ORDER BY cursor LIMIT $3`, stream, int64(from), limit)
 	if err != nil {
 		return nil, 0, s.readErr(err)
@@ -260,13 +265,17 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 		var (
 			c, missed int64
 			kind      int16
+			at        *time.Time
 			r         = echopubsub.Record{Stream: stream}
 		)
-		if err := rows.Scan(&c, &kind, &r.Origin, &r.PayloadType, &r.Payload, &missed, &r.Reason); err != nil {
+		if err := rows.Scan(&c, &kind, &r.Origin, &r.PayloadType, &r.Payload, &missed, &r.Reason, &at); err != nil {
 			rows.Close()
 			return nil, 0, s.readErr(err)
 		}
 		r.Cursor, r.Kind, r.Missed = uint64(c), echopubsub.RecordKind(kind), uint64(missed)
+		if at != nil {
+			r.Time = at.UTC()
+		}
 		out = append(out, r)
 		next = r.Cursor + 1
 	}
@@ -274,16 +283,34 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 		return nil, 0, s.readErr(err)
 	}
 	if len(out) == 0 {
-		var last int64
-		err := s.pool.QueryRow(ctx, `SELECT last_cursor FROM `+s.streams+` WHERE stream = $1`, stream).Scan(&last)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, 0, s.readErr(err)
-		}
-		if from > uint64(last)+1 {
-			return nil, 0, fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, last)
-		}
+		return s.readEnd(ctx, stream, from)
 	}
 	return out, next, nil
+}
+
+// readEnd is Read's answer when no row at or after from was seen: the end
+// and whether a row from from on exists now, in one statement (one
+// snapshot, in which every row up to last_cursor is committed: an append
+// raises the counter and inserts its rows in one transaction). No row up
+// to the end: each was trimmed, next is end + 1. A row committed since the
+// first query: no row, next from (the caller reads again).
+func (s *Store) readEnd(ctx context.Context, stream string, from uint64) ([]echopubsub.Record, uint64, error) {
+	var (
+		last  int64
+		newer bool
+	)
+	err := s.pool.QueryRow(ctx, `SELECT last_cursor, EXISTS (SELECT 1 FROM `+s.records+` WHERE stream = $1 AND cursor >= $2)
+		FROM `+s.streams+` WHERE stream = $1`, stream, int64(from)).Scan(&last, &newer)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, s.readErr(err)
+	}
+	if from > uint64(last)+1 {
+		return nil, 0, fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, last)
+	}
+	if newer {
+		return nil, from, nil
+	}
+	return nil, uint64(last) + 1, nil
 }
 
 func (s *Store) readErr(err error) error {
@@ -310,3 +337,5 @@ func (s *Store) Close() error {
 }
 
 func unquote(q string) string { return q[1 : len(q)-1] }
+
+var _ echopubsub.Trimmer = (*Store)(nil)

@@ -16,7 +16,8 @@ import (
 //	body:   frameVersion
 //	        uvarint row count, then each row:
 //	            uvarint len, stream; uvarint cursor; uvarint len, record
-//	            (storekit.AppendRecord: kind, origin, payload type,
+//	            (uvarint time, Unix ns + 1, 0 for none; then
+//	            storekit.AppendRecord: kind, origin, payload type,
 //	            payload, reason, missed)
 //	        one byte 0 (no position) or 1, then the position:
 //	            uvarint len, node; uvarint group, incarnation, next;

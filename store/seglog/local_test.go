@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -79,5 +80,28 @@ func TestSeglogOpenErrors(t *testing.T) {
 		t.Fatal("a second Open of one directory: no error")
 	} else if !strings.Contains(err.Error(), "locked") {
 		t.Fatalf("second Open: %v", err)
+	}
+}
+
+// TestSeglogKeepsTime: Append sets a zero Time (storekit.Stamp) and keeps
+// a given one; both read back the same after a reopen.
+func TestSeglogKeepsTime(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	s := mustOpen(t, dir)
+	given := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	recs := []echopubsub.Record{rec("t", 1), rec("t", 2)}
+	recs[1].Time = given
+	if err := s.Append(ctx(t), recs); err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Time.IsZero() {
+		t.Fatal("Append left Time zero")
+	}
+	_ = s.Close()
+	s = mustOpen(t, dir)
+	defer s.Close()
+	got := all(t, s, "t")
+	if len(got) != 2 || !got[0].Time.Equal(recs[0].Time) || !got[1].Time.Equal(given) {
+		t.Fatalf("times after reopen: %+v; want %v, %v", got, recs[0].Time, given)
 	}
 }

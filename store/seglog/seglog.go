@@ -2,12 +2,15 @@ package seglog
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -52,7 +55,7 @@ type stream struct {
 
 func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
 
-// loc is where a row's record (storekit.AppendRecord) is.
+// loc is where a row's record (appendRow) is.
 type loc struct {
 	seg, off, n uint32
 }
@@ -268,7 +271,7 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 		r := &recs[i]
 		r.Cursor = s.nextCursor(next, r.Stream)
 		next[r.Stream] = r.Cursor + 1
-		s.rec = storekit.AppendRecord(s.rec[:0], r)
+		s.rec = appendRow(s.rec[:0], r)
 		start := s.w.row(r.Stream, r.Cursor, len(s.rec))
 		s.w.buf = append(s.w.buf, s.rec...)
 		rows = append(rows, placed{r.Stream, loc{seg: s.activeID, off: uint32(s.size) + uint32(start), n: uint32(len(s.rec))}})
@@ -277,4 +280,27 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 		return rows[:mark], fmt.Errorf("one call's rows are over %d bytes", maxFrame)
 	}
 	return rows, nil
+}
+
+// appendRow encodes a row's record: uvarint its Time (Unix nanoseconds +
+// 1; 0: the zero Time), then storekit.AppendRecord.
+func appendRow(b []byte, r *echopubsub.Record) []byte {
+	var t uint64
+	if !r.Time.IsZero() {
+		t = uint64(r.Time.UnixNano()) + 1
+	}
+	return storekit.AppendRecord(binary.AppendUvarint(b, t), r)
+}
+
+// decodeRow decodes what appendRow wrote; never a panic.
+func decodeRow(b []byte) (echopubsub.Record, error) {
+	t, k := binary.Uvarint(b)
+	if k <= 0 {
+		return echopubsub.Record{}, errors.New("truncated record time")
+	}
+	r, err := storekit.DecodeRecord(b[k:])
+	if t != 0 {
+		r.Time = time.Unix(0, int64(t-1)).UTC()
+	}
+	return r, err
 }

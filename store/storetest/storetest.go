@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite of echopubsub.Store: every
 // implementation runs Run against real storage (store/bolt, the embedded
 // bbolt store; store/postgres, PostgreSQL), and the durable benchmarks
-// (BenchDurableBroadcast, BenchReplayPage) on it.
+// (BenchDurableBroadcast, BenchReplayPage) on it. The retention cases
+// (retention.go) run on a store that implements echopubsub.Trimmer.
 package storetest
 
 import (
@@ -54,6 +55,43 @@ func cursors(recs []echopubsub.Record) []uint64 {
 		out = append(out, r.Cursor)
 	}
 	return out
+}
+
+// pageThrough reads stream in pages from cursor 1 until stop is closed,
+// and sends errs what breaks the contract, then returns: a page must be
+// contiguous and start at its from (trimming: at or above it, as the rows
+// below may have been removed meanwhile), and next never goes back.
+func pageThrough(s echopubsub.Store, stream string, trimming bool, stop <-chan struct{}, errs chan<- error) {
+	from := uint64(1)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		recs, next, err := s.Read(context.Background(), stream, from, 7)
+		if err != nil {
+			errs <- err
+			return
+		}
+		for i, r := range recs {
+			want := from + uint64(i)
+			if i == 0 && trimming {
+				want = max(from, r.Cursor)
+			} else if i > 0 {
+				want = recs[i-1].Cursor + 1
+			}
+			if r.Cursor != want {
+				errs <- fmt.Errorf("page from %d: cursors %v: a hole", from, cursors(recs))
+				return
+			}
+		}
+		if next < from {
+			errs <- fmt.Errorf("page from %d: next %d", from, next)
+			return
+		}
+		from = next
+	}
 }
 
 // Run runs the suite.
@@ -182,29 +220,7 @@ func Run(t *testing.T, h Harness) {
 		stop := make(chan struct{})
 		var rg sync.WaitGroup
 		rg.Add(1)
-		go func() {
-			defer rg.Done()
-			from := uint64(1)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				recs, next, err := s.Read(context.Background(), "c", from, 7)
-				if err != nil {
-					errs <- err
-					return
-				}
-				for i, r := range recs {
-					if r.Cursor != from+uint64(i) {
-						errs <- fmt.Errorf("page from %d: cursors %v: a hole", from, cursors(recs))
-						return
-					}
-				}
-				from = next
-			}
-		}()
+		go func() { defer rg.Done(); pageThrough(s, "c", false, stop, errs) }()
 		wg.Wait()
 		close(stop)
 		rg.Wait()
@@ -259,6 +275,7 @@ func Run(t *testing.T, h Harness) {
 			t.Fatal("Read after Close: no error")
 		}
 	})
+	runRetention(t, h, open)
 	t.Run("CanceledContext", func(t *testing.T) {
 		s := open(t)
 		c, cancel := context.WithCancel(context.Background())
