@@ -114,9 +114,13 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		s.closeFiles()
 		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
 	}
-	s.commits = storekit.NewGroupCommit(s.commit)
+	s.commits = storekit.NewGroupCommitLinger(s.commit, groupLinger)
 	return s, nil
 }
+
+// groupLinger is how long a commit waits for the callers the previous one
+// released (storekit.NewGroupCommitLinger): a small part of an fdatasync.
+const groupLinger = 50 * time.Microsecond
 
 // Shared is false: the directory belongs to one node.
 func (s *Store) Shared() bool { return false }
