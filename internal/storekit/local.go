@@ -17,14 +17,22 @@ type LocalAppend struct {
 	Pos  *core.ProducerPosition // AppendAt, MarkGap: recorded
 }
 
+// Local returns a itself: a store whose group commit carries more
+// (store/bolt's trims) embeds LocalAppend.
+func (a *LocalAppend) Local() *LocalAppend { return a }
+
+// Local is a group commit's item that carries a LocalAppend.
+type Local interface{ Local() *LocalAppend }
+
 // Synced reports whether a must be on disk before it is acknowledged:
 // rows are; a position alone is not (see core.LocalStore).
 func (a *LocalAppend) Synced() bool { return len(a.Recs) > 0 || a.Gap != nil }
 
-// SubmitLocal validates recs, hands a copy of them (with gap and pos) to
-// g and, once committed, sets each one's Cursor. what names the store in
-// its errors ("bolt append").
-func SubmitLocal(ctx context.Context, g *GroupCommit[*LocalAppend], what string, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
+// SubmitLocal validates recs, stamps their Time (and gap's), puts a copy
+// of them with gap and pos in v (an empty item) and hands it to g; once
+// committed, it sets each one's Cursor. what names the store in its
+// errors ("bolt append").
+func SubmitLocal[T Local](ctx context.Context, g *GroupCommit[T], v T, what string, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
 	for i := range recs {
 		if err := ValidateRecord(&recs[i]); err != nil {
 			return err
@@ -38,8 +46,9 @@ func SubmitLocal(ctx context.Context, g *GroupCommit[*LocalAppend], what string,
 	}
 	// The committer works on its own copy: a caller that gave up (ctx)
 	// must not see its records written to later.
-	a := &LocalAppend{Recs: append([]echopubsub.Record(nil), recs...), Gap: gap, Pos: pos}
-	if err := g.Submit(ctx, a); err != nil {
+	a := v.Local()
+	a.Recs, a.Gap, a.Pos = append([]echopubsub.Record(nil), recs...), gap, pos
+	if err := g.Submit(ctx, v); err != nil {
 		if errors.Is(err, echopubsub.ErrStoreClosed) {
 			return err
 		}

@@ -16,9 +16,9 @@ import (
 //	body:   frameVersion
 //	        uvarint row count, then each row:
 //	            uvarint len, stream; uvarint cursor; uvarint len, record
-//	            (uvarint time, Unix ns + 1, 0 for none; then
-//	            storekit.AppendRecord: kind, origin, payload type,
-//	            payload, reason, missed)
+//	            (storekit.AppendRecord: store/bolt's format 2: kind,
+//	            append time, origin, payload type, payload, reason,
+//	            missed)
 //	        one byte 0 (no position) or 1, then the position:
 //	            uvarint len, node; uvarint group, incarnation, next;
 //	            one byte retired

@@ -78,7 +78,7 @@ func readSpan(out []echopubsub.Record, f *os.File, locs []loc, name string, curs
 		return nil, fmt.Errorf("echopubsub: seglog read %s offset %d: %w", f.Name(), base, err)
 	}
 	for k, l := range locs {
-		r, err := decodeRow(buf[l.off-base : l.off-base+l.n])
+		r, err := storekit.DecodeRecord(buf[l.off-base : l.off-base+l.n])
 		if err != nil {
 			return nil, fmt.Errorf("echopubsub: seglog read %s offset %d (stream %q cursor %d): %w", f.Name(), l.off, name, cursor+uint64(k), err)
 		}

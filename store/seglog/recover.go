@@ -124,7 +124,7 @@ func (s *Store) apply(id uint32, bodyOff int, body []byte) error {
 		if r.cursor != want {
 			return fmt.Errorf("stream %q: cursor %d where %d comes next", r.stream, r.cursor, want)
 		}
-		if _, err := decodeRow(body[r.recOff : r.recOff+r.recLen]); err != nil {
+		if _, err := storekit.DecodeRecord(body[r.recOff : r.recOff+r.recLen]); err != nil {
 			return fmt.Errorf("stream %q cursor %d: %w", r.stream, r.cursor, err)
 		}
 		st = s.index(r.stream, r.cursor)

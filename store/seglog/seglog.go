@@ -2,8 +2,6 @@ package seglog
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -55,7 +53,7 @@ type stream struct {
 
 func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
 
-// loc is where a row's record (appendRow) is.
+// loc is where a row's record (storekit.AppendRecord) is.
 type loc struct {
 	seg, off, n uint32
 }
@@ -132,18 +130,18 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	return storekit.SubmitLocal(ctx, s.commits, "seglog append", recs, nil, nil)
+	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", recs, nil, nil)
 }
 
 // AppendAt implements core.LocalStore.
 func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
-	return storekit.SubmitLocal(ctx, s.commits, "seglog append", recs, nil, &pos)
+	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", recs, nil, &pos)
 }
 
 // MarkGap implements core.LocalStore.
 func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
 	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
-	return storekit.SubmitLocal(ctx, s.commits, "seglog append", nil, &gap, &pos)
+	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", nil, &gap, &pos)
 }
 
 // Position implements core.LocalStore.
@@ -275,7 +273,7 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 		r := &recs[i]
 		r.Cursor = s.nextCursor(next, r.Stream)
 		next[r.Stream] = r.Cursor + 1
-		s.rec = appendRow(s.rec[:0], r)
+		s.rec = storekit.AppendRecord(s.rec[:0], r)
 		start := s.w.row(r.Stream, r.Cursor, len(s.rec))
 		s.w.buf = append(s.w.buf, s.rec...)
 		rows = append(rows, placed{r.Stream, loc{seg: s.activeID, off: uint32(s.size) + uint32(start), n: uint32(len(s.rec))}})
@@ -284,27 +282,4 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 		return rows[:mark], fmt.Errorf("one call's rows are over %d bytes", maxFrame)
 	}
 	return rows, nil
-}
-
-// appendRow encodes a row's record: uvarint its Time (Unix nanoseconds +
-// 1; 0: the zero Time), then storekit.AppendRecord.
-func appendRow(b []byte, r *echopubsub.Record) []byte {
-	var t uint64
-	if !r.Time.IsZero() {
-		t = uint64(r.Time.UnixNano()) + 1
-	}
-	return storekit.AppendRecord(binary.AppendUvarint(b, t), r)
-}
-
-// decodeRow decodes what appendRow wrote; never a panic.
-func decodeRow(b []byte) (echopubsub.Record, error) {
-	t, k := binary.Uvarint(b)
-	if k <= 0 {
-		return echopubsub.Record{}, errors.New("truncated record time")
-	}
-	r, err := storekit.DecodeRecord(b[k:])
-	if t != 0 {
-		r.Time = time.Unix(0, int64(t-1)).UTC()
-	}
-	return r, err
 }
