@@ -118,7 +118,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 
 // groupLinger is how long a commit waits for the callers the previous one
 // released (storekit.NewGroupCommitLinger): a small part of an fdatasync.
-const groupLinger = 50 * time.Microsecond
+const groupLinger = 150 * time.Microsecond
 
 // Shared is false: the directory belongs to one node.
 func (s *Store) Shared() bool { return false }
