@@ -28,7 +28,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-scale
+.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-scale bench-durable
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -83,3 +83,15 @@ bench:
 # The cost of a large cluster (docs/scaling.md): N full-mesh nodes in one process.
 bench-scale:
 	ECHOPUBSUB_SCALE_NODES=4,8,16,32 $(GO) test -run '^$$' -bench ClusterScale -benchtime 20000x -timeout 30m .
+
+# The durable-stream benchmarks behind docs/benchmarks.md "Durable streams"
+# (Go benchmarks, one node in one process): the segmented log
+# (store/seglog) and bbolt (store/bolt), each with this disk's fdatasync
+# probe in the same run and directory (storetest.BenchLocalDurable), then
+# JetStream with file storage and fsync per message. The load average is
+# printed before each.
+BENCH_DURABLE = -run '^$$' -benchtime 2s -count 3
+bench-durable:
+	@uptime; $(ROOT) test $(BENCH_DURABLE) -bench . ./store/seglog | grep -v 'logger.go'
+	@uptime; cd store/bolt && $(GO) test $(BENCH_DURABLE) -bench . . | grep -v 'logger.go'
+	@uptime; cd $(E2E) && $(GO) test $(BENCH_DURABLE) -bench 'JetStreamFilePublish/fsync_each=true' ./jetstream/ | grep -v 'logger.go'

@@ -35,8 +35,9 @@
 //     WebSocket gateway (one socket, one session), built on this
 //     package's API.
 //   - store/bolt (its own module): the embedded Store (one bbolt file per
-//     node); store/postgres (its own module): PostgreSQL;
-//     store/storetest: the conformance suite and benchmarks every Store
+//     node); store/seglog: an embedded Store as a segmented log (one
+//     fdatasync per commit; standard library only; not the default);
+//     store/postgres (its own module): PostgreSQL; store/storetest: the conformance suite and benchmarks every Store
 //     runs. This package imports none of them, so a program that does not
 //     use them neither links nor downloads websocket, bbolt or pgx.
 //   - ringbuf (the cursor rules), supervision (the tree), actors/stream
@@ -202,7 +203,8 @@
 //     node replays from any cursor. Rows become visible in cursor order
 //     (an append holds the stream's counter row lock until it commits), so
 //     a replay never steps over a row that commits later.
-//   - Embedded store (package store/bolt, one bbolt file per node): each
+//   - Embedded store (package store/bolt, one bbolt file per node; or
+//     store/seglog, a segmented log in one directory per node): each
 //     node appends what it receives: the publishing node in
 //     Broadcast, every other node in its worker, one transaction per
 //     batch, before it acknowledges the batch (an acknowledgement means

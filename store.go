@@ -13,19 +13,20 @@ import (
 )
 
 // Store keeps durable streams: for each stream (a topic named durable with
-// WithDurableTopics), the rows appended to it, numbered by a cursor. Two
+// WithDurableTopics), the rows appended to it, numbered by a cursor. Three
 // implementations ship: package store/bolt (embedded, one file per node,
-// the default) and module store/postgres (PostgreSQL shared by the
-// cluster). Package store/storetest is the conformance suite every Store
-// must pass. A Store validates what it is given: a record needs a Stream,
-// a Kind of RecordMessage or RecordGap, and a message record its
+// the default), package store/seglog (embedded, a segmented log: one
+// fdatasync per commit) and module store/postgres (PostgreSQL shared by
+// the cluster). Package store/storetest is the conformance suite every
+// Store must pass. A Store validates what it is given: a record needs a
+// Stream, a Kind of RecordMessage or RecordGap, and a message record its
 // PayloadType.
 //
 // A node-local Store (Shared false) holds what its node published and
 // received. Marking what the node missed with gap rows also needs the
-// producer positions that store/bolt records with its rows, an interface
-// internal to this module (internal/core.LocalStore): another node-local
-// Store has no gap rows.
+// producer positions that store/bolt and store/seglog record with their
+// rows, an interface internal to this module (internal/core.LocalStore):
+// another node-local Store has no gap rows.
 //
 // Cursors: a stream's first row has cursor 1 and each row the previous
 // cursor + 1, with no hole: a row is visible to Read only once every row

@@ -5,7 +5,9 @@ package storekit
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/echopubsub/echopubsub"
 )
@@ -24,6 +26,7 @@ type GroupCommit[T any] struct {
 	closed bool
 	wake   chan struct{}
 	done   chan struct{}
+	linger time.Duration // NewGroupCommitLinger
 }
 
 type groupItem[T any] struct {
@@ -33,7 +36,18 @@ type groupItem[T any] struct {
 
 // NewGroupCommit starts the committing goroutine; Close stops it.
 func NewGroupCommit[T any](commit func([]T) error) *GroupCommit[T] {
-	g := &GroupCommit[T]{commit: commit, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return NewGroupCommitLinger(commit, 0)
+}
+
+// NewGroupCommitLinger is NewGroupCommit whose committer, when its last
+// group held several items and fewer are queued now, waits up to linger
+// for as many (yielding the processor: a timer is too coarse, ~1 ms, for
+// a wait shorter than an fsync). The callers a commit released come back
+// one by one: without it the next group takes the first of them alone
+// and the rest wait a whole commit more. A lone caller (last group of
+// one) never waits. linger 0 is NewGroupCommit.
+func NewGroupCommitLinger[T any](commit func([]T) error, linger time.Duration) *GroupCommit[T] {
+	g := &GroupCommit[T]{commit: commit, wake: make(chan struct{}, 1), done: make(chan struct{}), linger: linger}
 	go g.run()
 	return g
 }
@@ -65,8 +79,12 @@ func (g *GroupCommit[T]) Submit(ctx context.Context, v T) error {
 
 func (g *GroupCommit[T]) run() {
 	defer close(g.done)
+	last := 0          // the last group's size
 	for range g.wake { // ends at Close, after the last queued items
 		for {
+			if g.linger > 0 && last > 1 {
+				g.gather(last)
+			}
 			g.mu.Lock()
 			batch := g.queue
 			g.queue = nil
@@ -74,8 +92,24 @@ func (g *GroupCommit[T]) run() {
 			if len(batch) == 0 {
 				break
 			}
+			last = len(batch)
 			g.commitGroup(batch)
 		}
+	}
+}
+
+// gather waits, up to g.linger, until want items are queued; not when
+// none is (the next Submit wakes the committer) or after Close.
+func (g *GroupCommit[T]) gather(want int) {
+	start := time.Now()
+	for {
+		g.mu.Lock()
+		n, closed := len(g.queue), g.closed
+		g.mu.Unlock()
+		if n == 0 || n >= want || closed || time.Since(start) >= g.linger {
+			return
+		}
+		runtime.Gosched()
 	}
 }
 

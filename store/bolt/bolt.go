@@ -44,16 +44,14 @@ type Store struct {
 }
 
 type boltAppend struct {
-	recs []echopubsub.Record
-	gap  *echopubsub.Record     // MarkGap: appended to every stream
-	pos  *core.ProducerPosition // AppendAt, MarkGap: recorded
-	trim *trimChunk             // Trim: one chunk of rows deleted
+	storekit.LocalAppend
+	trim *trimChunk // Trim: one chunk of rows deleted
 }
 
 // synced reports whether a's transaction must be fsynced before it is
 // acknowledged: rows are, and deletions (a trim); a position alone is not
 // (see LocalStore).
-func (a *boltAppend) synced() bool { return len(a.recs) > 0 || a.gap != nil || a.trim != nil }
+func (a *boltAppend) synced() bool { return a.Synced() || a.trim != nil }
 
 var (
 	bucketStreams   = []byte("streams")
@@ -61,12 +59,11 @@ var (
 	bucketProducers = []byte("producers")
 )
 
-// boltFormat is the record encoding's version (first byte of each value):
-// 2 adds the append time; values of format 1 (files written before) are
-// still read, with the zero Time.
+// The record encoding (storekit.AppendRecord) is bolt's format 2; format
+// 1, without the append time, is still read.
 const (
-	boltFormat   = 2
-	boltFormatV1 = 1
+	boltFormat   = storekit.RecordFormat
+	boltFormatV1 = storekit.RecordFormatV1
 )
 
 // Open opens (or creates) the embedded store at path. It waits at
@@ -148,30 +145,7 @@ func positionKey(node string, group uint32) []byte {
 }
 
 func (s *Store) submit(ctx context.Context, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
-	for i := range recs {
-		if err := storekit.ValidateRecord(&recs[i]); err != nil {
-			return err
-		}
-	}
-	storekit.Stamp(recs)
-	if gap != nil {
-		g := []echopubsub.Record{*gap}
-		storekit.Stamp(g)
-		gap = &g[0]
-	}
-	// The committer works on its own copy: a caller that gave up (ctx)
-	// must not see its records written to later.
-	a := &boltAppend{recs: append([]echopubsub.Record(nil), recs...), gap: gap, pos: pos}
-	if err := s.commits.Submit(ctx, a); err != nil {
-		if errors.Is(err, echopubsub.ErrStoreClosed) {
-			return err
-		}
-		return fmt.Errorf("echopubsub: bolt append: %w", err)
-	}
-	for i := range recs {
-		recs[i].Cursor = a.recs[i].Cursor
-	}
-	return nil
+	return storekit.SubmitLocal(ctx, s.commits, &boltAppend{}, "bolt append", recs, gap, pos)
 }
 
 // commit writes batch in one transaction (storekit.GroupCommit retries each append
@@ -184,11 +158,11 @@ func (s *Store) commit(batch []*boltAppend) error {
 	s.db.NoSync = !sync // only this goroutine writes: read by this Update's commit alone
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for _, a := range batch {
-			if err := appendTx(tx, a.recs); err != nil {
+			if err := appendTx(tx, a.Recs); err != nil {
 				return err
 			}
-			if a.gap != nil {
-				if err := gapTx(tx, a.gap); err != nil {
+			if a.Gap != nil {
+				if err := gapTx(tx, a.Gap); err != nil {
 					return err
 				}
 			}
@@ -197,14 +171,14 @@ func (s *Store) commit(batch []*boltAppend) error {
 					return err
 				}
 			}
-			if a.pos != nil {
-				v := binary.BigEndian.AppendUint64(nil, a.pos.Incarnation)
-				v = binary.BigEndian.AppendUint64(v, a.pos.Next)
+			if a.Pos != nil {
+				v := binary.BigEndian.AppendUint64(nil, a.Pos.Incarnation)
+				v = binary.BigEndian.AppendUint64(v, a.Pos.Next)
 				r := byte(0)
-				if a.pos.Retired {
+				if a.Pos.Retired {
 					r = 1
 				}
-				if err := tx.Bucket(bucketProducers).Put(positionKey(a.pos.Node, a.pos.Group), append(v, r)); err != nil {
+				if err := tx.Bucket(bucketProducers).Put(positionKey(a.Pos.Node, a.Pos.Group), append(v, r)); err != nil {
 					return err
 				}
 			}
@@ -246,7 +220,7 @@ func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 		if err != nil {
 			return err
 		}
-		if err := b.Put(cursorKey(c), encodeRecord(r)); err != nil {
+		if err := b.Put(cursorKey(c), storekit.AppendRecord(make([]byte, 0, storekit.RecordSize(r)), r)); err != nil {
 			return err
 		}
 		r.Cursor = c
@@ -256,25 +230,20 @@ func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 
 // Read implements echopubsub.Store.
 func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
-	if limit <= 0 {
-		return nil, 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
-	}
-	if from == 0 {
-		from = 1
-	}
-	if err := ctx.Err(); err != nil {
+	from, err := storekit.ReadFrom(ctx, from, limit)
+	if err != nil {
 		return nil, 0, err
 	}
 	var out []echopubsub.Record
 	next := from
-	err := s.db.View(func(tx *bbolt.Tx) error { // one snapshot: every row up to end is there or was trimmed
+	err = s.db.View(func(tx *bbolt.Tx) error { // one snapshot: every row up to end is there or was trimmed
 		b := tx.Bucket(bucketStreams).Bucket([]byte(stream))
 		var end uint64 // last cursor handed out
 		if b != nil {
 			end = b.Sequence()
 		}
-		if from > end+1 {
-			return fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, end)
+		if err := storekit.BeyondEnd(stream, from, end); err != nil {
+			return err
 		}
 		if b == nil {
 			return nil
@@ -284,7 +253,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 		next = end + 1
 		c := b.Cursor()
 		for k, v := c.Seek(cursorKey(from)); k != nil && len(out) < limit; k, v = c.Next() {
-			r, err := decodeRecord(v)
+			r, err := storekit.DecodeRecord(v)
 			if err != nil {
 				return fmt.Errorf("stream %q cursor %d: %w", stream, binary.BigEndian.Uint64(k), err)
 			}
@@ -313,78 +282,6 @@ func cursorKey(c uint64) []byte {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], c)
 	return k[:]
-}
-
-// encodeRecord: format byte, kind byte, the append time (8 bytes
-// big-endian, Unix nanoseconds; 0: none), then uvarint-length-prefixed
-// origin, payload type, payload and reason, and uvarint missed. Format 1
-// had no time.
-func encodeRecord(r *echopubsub.Record) []byte {
-	n := 10 + 4*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason) + binary.MaxVarintLen64
-	b := make([]byte, 0, n)
-	b = append(b, boltFormat, byte(r.Kind))
-	var nanos uint64
-	if !r.Time.IsZero() {
-		nanos = uint64(r.Time.UnixNano())
-	}
-	b = binary.BigEndian.AppendUint64(b, nanos)
-	for _, f := range [][]byte{[]byte(r.Origin), []byte(r.PayloadType), r.Payload, []byte(r.Reason)} {
-		b = binary.AppendUvarint(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return binary.AppendUvarint(b, r.Missed)
-}
-
-// parsed is an encoded record's parts, pointing into the encoding.
-type parsed struct {
-	kind   echopubsub.RecordKind
-	time   time.Time
-	fields [4][]byte // origin, payload type, payload, reason
-	missed uint64
-}
-
-func parseRecord(b []byte) (parsed, error) {
-	var p parsed
-	if len(b) < 2 || (b[0] != boltFormat && b[0] != boltFormatV1) {
-		return p, fmt.Errorf("record of unknown format")
-	}
-	p.kind = echopubsub.RecordKind(b[1])
-	if b[0] == boltFormatV1 {
-		b = b[2:]
-	} else {
-		if len(b) < 10 {
-			return p, fmt.Errorf("truncated record")
-		}
-		if nanos := binary.BigEndian.Uint64(b[2:10]); nanos != 0 {
-			p.time = time.Unix(0, int64(nanos)).UTC()
-		}
-		b = b[10:]
-	}
-	for i := range p.fields {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < n {
-			return p, fmt.Errorf("truncated record")
-		}
-		p.fields[i] = b[k : k+int(n)]
-		b = b[k+int(n):]
-	}
-	missed, k := binary.Uvarint(b)
-	if k <= 0 {
-		return p, fmt.Errorf("truncated record")
-	}
-	p.missed = missed
-	return p, nil
-}
-
-func decodeRecord(b []byte) (echopubsub.Record, error) {
-	p, err := parseRecord(b)
-	if err != nil {
-		return echopubsub.Record{}, err
-	}
-	return echopubsub.Record{Kind: p.kind, Time: p.time, Origin: string(p.fields[0]), PayloadType: string(p.fields[1]),
-		Reason: string(p.fields[3]), Missed: p.missed,
-		Payload: append([]byte(nil), p.fields[2]...), // bbolt's memory is valid only in its transaction
-	}, nil
 }
 
 var (

@@ -88,12 +88,12 @@ func (s *Store) cuts(r echopubsub.Retention, now time.Time) ([]streamCut, error)
 						k, v = c.Last()
 					}
 					for ; k != nil; k, v = step(c, down) {
-						p, err := parseRecord(v)
+						p, err := storekit.ParseRecord(v)
 						if err != nil {
 							walkErr = fmt.Errorf("stream %q cursor %d: %w", name, binary.BigEndian.Uint64(k), err)
 							return
 						}
-						if !yield(storekit.Row{Cursor: binary.BigEndian.Uint64(k), Time: p.time, Bytes: uint64(len(p.fields[2]))}) {
+						if !yield(storekit.Row{Cursor: binary.BigEndian.Uint64(k), Time: p.Time, Bytes: uint64(len(p.Fields[2]))}) {
 							return
 						}
 					}
@@ -146,11 +146,11 @@ func (t *trimChunk) run(tx *bbolt.Tx) error {
 	var keys [][]byte
 	c := b.Cursor()
 	for k, v := c.First(); k != nil && len(keys) < storekit.TrimChunk && binary.BigEndian.Uint64(k) <= t.upTo; k, v = c.Next() {
-		p, err := parseRecord(v)
+		p, err := storekit.ParseRecord(v)
 		if err != nil {
 			return fmt.Errorf("stream %q cursor %d: %w", t.stream, binary.BigEndian.Uint64(k), err)
 		}
-		t.bytes += uint64(len(p.fields[2]))
+		t.bytes += uint64(len(p.Fields[2]))
 		keys = append(keys, append([]byte(nil), k...))
 	}
 	for _, k := range keys { // not through the cursor: bbolt's Cursor.Delete can skip the next key

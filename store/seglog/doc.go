@@ -1,0 +1,59 @@
+// Package seglog is an embedded echopubsub.Store built for the durable
+// append: an append-only log of segment files in one directory per node,
+// one fdatasync per group commit, and an in-memory index. It is an
+// alternative to package store/bolt (the default), not a replacement
+// chosen for you.
+//
+//	store, err := seglog.Open("/var/lib/app/streams")
+//	ps, err := echopubsub.Start(system, cfg, echopubsub.WithStore(store),
+//		echopubsub.WithDurableTopics("room:*"))
+//	// after ps.Stop: store.Close()
+//
+// A node-local store (Shared false) with gap rows and producer positions,
+// exactly as store/bolt: it passes store/storetest's suite and the same
+// kill -9 test.
+//
+// # Why
+//
+// A bbolt commit writes the changed B+tree pages and the meta page and
+// fsyncs twice (the data, then the meta page that makes it current): a
+// lone durable publisher waits for both. Here a commit is one write(2) at
+// the end of the active segment and one fdatasync(2): the least a durable
+// append can cost, which is what the durable benchmarks compare with a
+// probe of the disk (storetest.BenchLocalDurable; docs/benchmarks.md,
+// "Durable streams").
+//
+// # Format and recovery
+//
+// Every Append, AppendAt or MarkGap call is one frame (see frame.go):
+// length, CRC-32C, then its rows (stream, cursor, record) and the producer
+// position, so that it is all or nothing after a torn write. Concurrent
+// calls share a commit (internal/storekit.GroupCommit): their frames go
+// in one write and one fdatasync; rows become visible to Read only after
+// it, in cursor order. A commit that only records positions is not
+// fdatasynced (core.LocalStore allows it); the next commit's fdatasync
+// covers it.
+//
+// Open replays every segment: each frame must read back whole and each
+// row be its stream's next cursor. At the tail of the last segment, the
+// first frame that is not whole and what follows is cut off (a commit
+// the crash cut short: never acknowledged). Anything else is an error
+// naming the file and the offset: Open never guesses past corruption.
+// A new segment starts once the active one reaches WithSegmentSize; its
+// header and directory entry are fsynced before a frame goes to it.
+//
+// # Costs and limits
+//
+// The index holds 12 bytes per row in memory (segment, offset, length),
+// and Open reads every segment: memory and start-up time grow with what
+// is kept. There is no retention yet: segments are kept forever. Read
+// fetches rows with pread (adjacent rows of a stream in one call), from
+// the page cache when warm. Two processes cannot open one directory
+// (flock on its LOCK file, unix only). A failed fdatasync leaves what is
+// on disk unknown: the store then refuses every append until reopened.
+//
+// Compared with store/bolt: one fdatasync per commit instead of two plus
+// page writes (see docs/benchmarks.md for the measured figures); bbolt
+// keeps no index in memory and opens in constant time; bbolt is the
+// default and the one the demo uses.
+package seglog

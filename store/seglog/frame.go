@@ -1,0 +1,203 @@
+package seglog
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+
+	"github.com/echopubsub/echopubsub/internal/core"
+)
+
+// A segment is segMagic, then frames. A frame is one Append, AppendAt or
+// MarkGap call, all or nothing:
+//
+//	u32 LE  body length (> 0)
+//	u32 LE  CRC-32C of the body
+//	body:   frameVersion
+//	        uvarint row count, then each row:
+//	            uvarint len, stream; uvarint cursor; uvarint len, record
+//	            (storekit.AppendRecord: store/bolt's format 2: kind,
+//	            append time, origin, payload type, payload, reason,
+//	            missed)
+//	        one byte 0 (no position) or 1, then the position:
+//	            uvarint len, node; uvarint group, incarnation, next;
+//	            one byte retired
+//
+// The cursor of each row is written (not derived on open from the rows
+// before it), so that a reader can check that every stream goes on with
+// no hole, and so that a trim can drop whole segments from the front.
+const (
+	segMagic     = "EPSLOG\x00\x01"
+	frameHeader  = 8
+	frameVersion = 1
+	// maxFrame bounds one frame's body (one call's rows), so that an
+	// offset within a segment fits 32 bits.
+	maxFrame = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// frameRow is a decoded row: where its record's bytes are in the body.
+type frameRow struct {
+	stream string
+	cursor uint64
+	recOff int // within the body
+	recLen int
+}
+
+type frame struct {
+	rows []frameRow
+	pos  *core.ProducerPosition
+}
+
+// errTorn: the bytes at this offset are not a whole frame (a write the
+// crash cut short, or garbage).
+var errTorn = errors.New("not a whole frame")
+
+// frameAt checks the frame at b's start: its body, and the frame's
+// length, or errTorn.
+func frameAt(b []byte) (body []byte, n int, err error) {
+	if len(b) < frameHeader {
+		return nil, 0, errTorn
+	}
+	size := binary.LittleEndian.Uint32(b)
+	if size == 0 || size > maxFrame || uint64(size) > uint64(len(b)-frameHeader) {
+		return nil, 0, errTorn
+	}
+	body = b[frameHeader : frameHeader+int(size)]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, 0, errTorn
+	}
+	return body, frameHeader + int(size), nil
+}
+
+// decodeFrame decodes a body whose checksum held; a malformed one is an
+// error (never a panic).
+func decodeFrame(body []byte) (frame, error) {
+	d := decoder{b: body}
+	var f frame
+	if v := d.byte(); v != frameVersion {
+		return f, errors.New("frame of unknown version")
+	}
+	n := d.uvarint()
+	if n > uint64(len(body)) {
+		return f, errors.New("frame row count past its length")
+	}
+	f.rows = make([]frameRow, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var r frameRow
+		r.stream = string(d.bytes())
+		r.cursor = d.uvarint()
+		rec := d.bytes()
+		r.recOff, r.recLen = len(body)-len(d.b)-len(rec), len(rec)
+		f.rows = append(f.rows, r)
+	}
+	if d.byte() == 1 {
+		p := core.ProducerPosition{Node: string(d.bytes())}
+		g := d.uvarint()
+		p.Group, p.Incarnation, p.Next = uint32(g), d.uvarint(), d.uvarint()
+		p.Retired = d.byte() == 1
+		if g > 0xffffffff {
+			d.fail()
+		}
+		f.pos = &p
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	return f, d.err
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = errors.New("malformed frame")
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, k := binary.Uvarint(d.b)
+	if k <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[k:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// frameWriter appends frames to buf.
+type frameWriter struct {
+	buf   []byte
+	start int // the open frame's first byte
+}
+
+func (w *frameWriter) begin(rows int) {
+	w.start = len(w.buf)
+	w.buf = append(w.buf, make([]byte, frameHeader)...)
+	w.buf = append(w.buf, frameVersion)
+	w.buf = binary.AppendUvarint(w.buf, uint64(rows))
+}
+
+// row appends a row's stream and cursor; the caller appends the record
+// with rec, which returns where its bytes start in buf.
+func (w *frameWriter) row(stream string, cursor uint64, recLen int) int {
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(stream)))
+	w.buf = append(w.buf, stream...)
+	w.buf = binary.AppendUvarint(w.buf, cursor)
+	w.buf = binary.AppendUvarint(w.buf, uint64(recLen))
+	return len(w.buf)
+}
+
+// end appends pos (or its absence) and seals the frame; false: the body
+// is over maxFrame (the frame is dropped).
+func (w *frameWriter) end(pos *core.ProducerPosition) bool {
+	if pos == nil {
+		w.buf = append(w.buf, 0)
+	} else {
+		w.buf = append(w.buf, 1)
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(pos.Node)))
+		w.buf = append(w.buf, pos.Node...)
+		w.buf = binary.AppendUvarint(w.buf, uint64(pos.Group))
+		w.buf = binary.AppendUvarint(w.buf, pos.Incarnation)
+		w.buf = binary.AppendUvarint(w.buf, pos.Next)
+		r := byte(0)
+		if pos.Retired {
+			r = 1
+		}
+		w.buf = append(w.buf, r)
+	}
+	body := w.buf[w.start+frameHeader:]
+	if len(body) > maxFrame {
+		w.buf = w.buf[:w.start]
+		return false
+	}
+	binary.LittleEndian.PutUint32(w.buf[w.start:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(w.buf[w.start+4:], crc32.Checksum(body, castagnoli))
+	return true
+}

@@ -1,0 +1,118 @@
+package seglog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/storekit"
+)
+
+// maxSpan is the most one read of adjacent rows fetches: rows of one
+// stream that sit close together in a segment (other streams' rows
+// between them are read and skipped) come in one pread.
+const maxSpan = 1 << 20
+
+// Read implements echopubsub.Store. It sees rows once they are on disk,
+// in cursor order with no hole.
+func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+	from, err := storekit.ReadFrom(ctx, from, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, 0, echopubsub.ErrStoreClosed
+	}
+	var locs []loc
+	var files []*os.File
+	st := s.streams[name]
+	if st != nil && from < st.first {
+		from = st.first
+	}
+	end := uint64(0)
+	if st != nil {
+		end = st.end()
+	}
+	if err := storekit.BeyondEnd(name, from, end); err != nil {
+		s.mu.RUnlock()
+		return nil, 0, err
+	}
+	if st != nil && from <= end {
+		i := from - st.first
+		locs = append(locs, st.rows[i:i+min(uint64(limit), end-from+1)]...)
+		files = make([]*os.File, len(locs))
+		for j, l := range locs {
+			files[j] = s.segs[l.seg]
+		}
+	}
+	s.mu.RUnlock()
+	out := make([]echopubsub.Record, 0, len(locs))
+	for i := 0; i < len(locs); {
+		j := i + 1 // rows i..j-1: one pread
+		for j < len(locs) && locs[j].seg == locs[i].seg && locs[j].off > locs[j-1].off &&
+			locs[j].off+locs[j].n-locs[i].off <= maxSpan {
+			j++
+		}
+		if out, err = readSpan(out, files[i], locs[i:j], name, from+uint64(i)); err != nil {
+			return nil, 0, err
+		}
+		i = j
+	}
+	return out, from + uint64(len(out)), nil
+}
+
+// readSpan reads rows locs (of one segment, in file order) with one pread
+// and appends them, cursors from cursor on.
+func readSpan(out []echopubsub.Record, f *os.File, locs []loc, name string, cursor uint64) ([]echopubsub.Record, error) {
+	base := locs[0].off
+	last := locs[len(locs)-1]
+	buf := make([]byte, last.off+last.n-base)
+	if _, err := f.ReadAt(buf, int64(base)); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return nil, echopubsub.ErrStoreClosed
+		}
+		return nil, fmt.Errorf("echopubsub: seglog read %s offset %d: %w", f.Name(), base, err)
+	}
+	for k, l := range locs {
+		r, err := storekit.DecodeRecord(buf[l.off-base : l.off-base+l.n])
+		if err != nil {
+			return nil, fmt.Errorf("echopubsub: seglog read %s offset %d (stream %q cursor %d): %w", f.Name(), l.off, name, cursor+uint64(k), err)
+		}
+		r.Stream, r.Cursor = name, cursor+uint64(k)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Close waits for queued appends to commit, stops the committer and
+// closes the files. Idempotent.
+func (s *Store) Close() error {
+	s.commits.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.closeFiles()
+}
+
+// closeFiles closes the segments and releases the lock (under mu, or in
+// Open).
+func (s *Store) closeFiles() error {
+	var first error
+	for id, f := range s.segs {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(s.segs, id)
+	}
+	if err := s.lock.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}

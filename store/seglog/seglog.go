@@ -1,0 +1,285 @@
+package seglog
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/storekit"
+)
+
+// Store is the segmented-log echopubsub.Store (see the package doc). Its
+// only goroutine is the group committer, stopped by Close.
+type Store struct {
+	dir     string
+	log     zerolog.Logger
+	segSize int64
+	lock    *os.File
+	commits *storekit.GroupCommit[*storekit.LocalAppend]
+
+	// The committer's alone (the GroupCommit goroutine; Open's before it
+	// starts): no lock.
+	active   *os.File // the segment frames are appended to (also in segs)
+	activeID uint32
+	size     int64 // active's length: where the next frame goes
+	broken   error // a failed fsync or unrepaired write: every later commit fails
+	w        frameWriter
+	rec      []byte // one record's encoding, reused
+
+	// mu guards what Read and Position see; the committer changes it
+	// (under the write lock) only after the frames are on disk.
+	mu        sync.RWMutex
+	closed    bool
+	segs      map[uint32]*os.File
+	streams   map[string]*stream
+	positions map[posKey]core.ProducerPosition
+}
+
+// stream is the index of one stream: where each row's record is, in
+// cursor order from first.
+type stream struct {
+	first uint64 // rows[0]'s cursor (1: nothing trimmed)
+	rows  []loc
+}
+
+func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
+
+// loc is where a row's record (storekit.AppendRecord) is.
+type loc struct {
+	seg, off, n uint32
+}
+
+type posKey struct {
+	node  string
+	group uint32
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	segSize int64
+	log     zerolog.Logger
+}
+
+// MinSegmentSize is the least WithSegmentSize accepts.
+const MinSegmentSize = 4096
+
+// WithSegmentSize sets the size at which the log starts a new segment
+// file (a commit is never split: a segment may end past it by the last
+// commit). Between MinSegmentSize and 1 GiB. Defaults to 64 MiB.
+func WithSegmentSize(n int64) Option { return func(o *options) { o.segSize = n } }
+
+// WithLogger sets the logger of Open's recovery (a torn tail cut off is a
+// warning). Defaults to none.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// Open opens (or creates) the store in directory dir: its segment files
+// (00000001.seg, ...) and LOCK. It replays the segments to rebuild the
+// index, cutting off a torn tail of the last one (a commit the crash cut
+// short, never acknowledged); anything else that does not read back is
+// an error naming the file and the offset.
+func Open(dir string, opts ...Option) (*Store, error) {
+	o := options{segSize: 64 << 20, log: zerolog.Nop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case dir == "":
+		return nil, fmt.Errorf("echopubsub: seglog directory must not be empty")
+	case o.segSize < MinSegmentSize || o.segSize > maxFrame:
+		return nil, fmt.Errorf("echopubsub: seglog segment size must be between %d and %d, got %d", MinSegmentSize, maxFrame, o.segSize)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("echopubsub: seglog: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return nil, fmt.Errorf("echopubsub: seglog: %w", err)
+	}
+	s := &Store{dir: dir, log: o.log, segSize: o.segSize, lock: lock, segs: map[uint32]*os.File{},
+		streams: map[string]*stream{}, positions: map[posKey]core.ProducerPosition{}}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
+	}
+	s.commits = storekit.NewGroupCommitLinger(s.commit, groupLinger)
+	return s, nil
+}
+
+// groupLinger is how long a commit waits for the callers the previous one
+// released (storekit.NewGroupCommitLinger): a small part of an fdatasync.
+const groupLinger = 150 * time.Microsecond
+
+// Shared is false: the directory belongs to one node.
+func (s *Store) Shared() bool { return false }
+
+// Append implements echopubsub.Store: the rows are one frame, fdatasynced
+// before Append returns. ctx bounds the wait; a commit that ctx abandoned
+// may still land.
+func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", recs, nil, nil)
+}
+
+// AppendAt implements core.LocalStore.
+func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", recs, nil, &pos)
+}
+
+// MarkGap implements core.LocalStore.
+func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
+	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", nil, &gap, &pos)
+}
+
+// Position implements core.LocalStore.
+func (s *Store) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return core.ProducerPosition{Node: node, Group: group}, false, echopubsub.ErrStoreClosed
+	}
+	p, ok := s.positions[posKey{node, group}]
+	if !ok {
+		p = core.ProducerPosition{Node: node, Group: group}
+	}
+	return p, ok, nil
+}
+
+// placed is a row of the commit being written, applied to the index once
+// it is on disk.
+type placed struct {
+	stream string
+	loc    loc
+}
+
+// commit writes batch (one frame per call) with one write and, when a
+// row is in it, one fdatasync; then makes it visible. On a failed write
+// the tail is cut back, so that storekit.GroupCommit's retry of each call
+// alone starts clean; after a failed fdatasync what is on disk is unknown
+// and the store refuses every later commit (reopen it).
+func (s *Store) commit(batch []*storekit.LocalAppend) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	if s.size >= s.segSize {
+		if err := s.rotate(); err != nil {
+			return err
+		}
+	}
+	s.w.buf = s.w.buf[:0]
+	next := map[string]uint64{} // stream -> its next cursor, with this batch's rows
+	var rows []placed
+	sync := false
+	for _, a := range batch {
+		sync = sync || a.Synced()
+		var err error
+		if rows, err = s.encode(a, next, rows); err != nil {
+			return err
+		}
+	}
+	if s.size+int64(len(s.w.buf)) > math.MaxUint32 {
+		return fmt.Errorf("a commit of %d bytes does not fit segment %s", len(s.w.buf), s.active.Name())
+	}
+	if _, err := s.active.WriteAt(s.w.buf, s.size); err != nil {
+		if terr := s.active.Truncate(s.size); terr != nil {
+			s.broken = fmt.Errorf("write %s: %w; cutting it back failed: %v (reopen the store)", s.active.Name(), err, terr)
+			return s.broken
+		}
+		return err
+	}
+	if sync {
+		if err := storekit.Fdatasync(s.active); err != nil {
+			s.broken = fmt.Errorf("%w: what is on disk is unknown (reopen the store)", err)
+			return s.broken
+		}
+	}
+	s.size += int64(len(s.w.buf))
+	s.mu.Lock()
+	for _, r := range rows {
+		st := s.index(r.stream, 0)
+		st.rows = append(st.rows, r.loc)
+	}
+	for _, a := range batch {
+		if a.Pos != nil {
+			s.positions[posKey{a.Pos.Node, a.Pos.Group}] = *a.Pos
+		}
+	}
+	s.mu.Unlock()
+	if cap(s.w.buf) > 4<<20 { // a large commit's buffer is not kept
+		s.w.buf = nil
+	}
+	return nil
+}
+
+// index is stream's index, created (first cursor first) if need be; under
+// mu, or before the committer starts.
+func (s *Store) index(name string, first uint64) *stream {
+	st := s.streams[name]
+	if st == nil {
+		st = &stream{first: max(first, 1)}
+		s.streams[name] = st
+	}
+	return st
+}
+
+// nextCursor is stream's next cursor as of the rows encoded so far
+// (committer only: the index changes on this goroutine alone).
+func (s *Store) nextCursor(next map[string]uint64, name string) uint64 {
+	if c, ok := next[name]; ok {
+		return c
+	}
+	if st := s.streams[name]; st != nil {
+		return st.end() + 1
+	}
+	return 1
+}
+
+// encode appends a's frame to s.w, assigning its rows' cursors.
+func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []placed) ([]placed, error) {
+	recs := a.Recs
+	if a.Gap != nil { // every stream, this batch's new ones included
+		names := make([]string, 0, len(s.streams)+len(next))
+		for n := range s.streams {
+			names = append(names, n)
+		}
+		for n := range next {
+			if s.streams[n] == nil {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		recs = make([]echopubsub.Record, len(names))
+		for i, n := range names {
+			recs[i] = *a.Gap
+			recs[i].Stream = n
+		}
+	}
+	mark := len(rows)
+	s.w.begin(len(recs))
+	for i := range recs {
+		r := &recs[i]
+		r.Cursor = s.nextCursor(next, r.Stream)
+		next[r.Stream] = r.Cursor + 1
+		s.rec = storekit.AppendRecord(s.rec[:0], r)
+		start := s.w.row(r.Stream, r.Cursor, len(s.rec))
+		s.w.buf = append(s.w.buf, s.rec...)
+		rows = append(rows, placed{r.Stream, loc{seg: s.activeID, off: uint32(s.size) + uint32(start), n: uint32(len(s.rec))}})
+	}
+	if !s.w.end(a.Pos) {
+		return rows[:mark], fmt.Errorf("one call's rows are over %d bytes", maxFrame)
+	}
+	return rows, nil
+}
