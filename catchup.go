@@ -138,7 +138,7 @@ func (a *sessionActor) unfollow(f *follow) {
 	}
 }
 
-// current returns topic's follow when its subscription is still the one
+// current reports whether f's subscription is still the one
 // it follows (the session may have unsubscribed or subscribed anew).
 func (a *sessionActor) current(f *follow) bool {
 	spec, ok := (*a.rec.subs.Load())[f.topic]
@@ -149,20 +149,26 @@ func (a *sessionActor) current(f *follow) bool {
 	return a.follows[f.topic] == f
 }
 
-// admit decides a live envelope of f's stream with cursor c: true
-// delivers it (it is next; then hand what it lets out of ahead).
-func (a *sessionActor) admit(f *follow, c uint64) bool {
+// admission is what a follow does with a live envelope.
+type admission int
+
+const (
+	admitDrop  admission = iota // the reading reaches it, or it was delivered
+	admitNext                   // it is next: deliver it, then what it lets out of ahead
+	admitAside                  // above next: aside until the hole before it fills
+)
+
+// admit decides a live envelope of f's stream with cursor c.
+func (f *follow) admit(c uint64) admission {
 	f.claimed = max(f.claimed, c)
 	switch {
-	case f.reading:
-		return false // the reading reaches it
-	case c < f.next:
-		return false // delivered already, from the store
+	case f.reading, c < f.next:
+		return admitDrop
 	case c == f.next:
 		f.next++
-		return true
+		return admitNext
 	}
-	return false // above next: the caller keeps it aside (aside)
+	return admitAside
 }
 
 // aside keeps env (its cursor above next) until the hole before it fills,
@@ -368,8 +374,7 @@ func (a *sessionActor) passCaught(c *caught) bool {
 		// and reads it again after a pause; the rows held after it are
 		// passed over (cursor >= next), and the session's other topics go
 		// on meanwhile.
-		c.f.next, c.f.reading = c.cursor, true
-		c.f.clearAhead()
+		c.f.next, c.f.reading = c.cursor, true // reading: nothing is aside
 		a.pause(c.f)
 	}
 	return true

@@ -128,12 +128,12 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 
 // deliver hands d's envelope on, unless the session does not take it.
 func (a *sessionActor) deliver(d *messages.Delivery) {
-	env, f := a.envelope(d)
+	env, f, adm := a.envelope(d)
 	switch {
 	case env == nil:
 	case f == nil:
 		a.hand(env)
-	case env.Cursor != f.next-1: // above next: aside until the hole before it fills
+	case adm == admitAside:
 		a.aside(f, env)
 	default:
 		a.hand(&caught{f: f, cursor: env.Cursor, env: env})
@@ -187,35 +187,36 @@ func (a *sessionActor) pass(item interface{}) bool {
 // envelope makes d's envelope, or nil when the session does not take it (a
 // redelivery, unsubscribed, a malformed request, a row a WithFrom
 // subscription gets from the store). f is the envelope's WithFrom
-// subscription, when it has one and a cursor.
-func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow) {
+// subscription, when it has one and a cursor, and adm what it does with
+// the envelope.
+func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow, adm admission) {
 	if !d.Local {
 		k := origin{d.Node, d.Group}
 		if p, ok := a.seen[k]; ok && p.incarnation == d.Incarnation && d.Cursor <= p.cursor {
-			return nil, nil // a redelivery of what this session was already handed
+			return nil, nil, 0 // a redelivery of what this session was already handed
 		}
 		a.seen[k] = position{d.Incarnation, d.Cursor}
 	}
 	env = &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
 	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
 		if !a.fromInbox(env, sm, d.Node) {
-			return nil, nil
+			return nil, nil, 0
 		}
-		return env, nil
+		return env, nil, 0
 	}
 	spec, ok := (*a.rec.subs.Load())[d.Topic]
 	if !ok {
-		return nil, nil // unsubscribed while this was on its way
+		return nil, nil, 0 // unsubscribed while this was on its way
 	}
 	if spec.catchUp && d.StoreCursor != 0 {
 		f = a.following(d.Topic, spec)
-		if !a.admit(f, d.StoreCursor) && (f.reading || d.StoreCursor < f.next) {
-			return nil, nil // the reading reaches it, or it was delivered
+		if adm = f.admit(d.StoreCursor); adm == admitDrop {
+			return nil, nil, 0
 		}
 	}
 	env.Class, env.Context, env.Cursor = spec.class, spec.context, d.StoreCursor
 	a.body(env, d.Message, nil, "")
-	return env, f
+	return env, f, adm
 }
 
 // body fills Event, Payload and PayloadType as the session's format asks.

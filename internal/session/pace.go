@@ -39,12 +39,18 @@ func (e *Engine) hold(s *Session) bool {
 	if s.stalled || len(s.res) < e.lim.SoftQueue {
 		return false
 	}
+	e.wait(s)
+	return true
+}
+
+// wait makes s's actor wait for room, with the stall timer running. Caller
+// holds s.mu.
+func (e *Engine) wait(s *Session) {
 	if !s.waiting {
 		s.waiting = true
 		s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
 	}
 	e.pacer.Hold(s) // again on every Held: a restarted actor's mailbox was resumed
-	return true
 }
 
 // stall ends a wait that Limits.Wait outlasted with no ack: the owner is not
@@ -74,8 +80,6 @@ func (e *Engine) acked(s *Session) {
 // endWait tells the actor of a waiting session to go on. Caller holds s.mu.
 func (e *Engine) endWait(s *Session) {
 	s.waiting = false
-	if s.wait != nil {
-		s.wait.Stop()
-	}
+	s.wait.Stop()
 	e.pacer.Room(s)
 }

@@ -1,7 +1,5 @@
 package session
 
-import "time"
-
 // Offer hands one replayed durable delivery to s's owner when the session's
 // pressure rules let it in without raising pressure: the session's pending
 // count stays at or below SoftQueue, and the node-wide table has room.
@@ -49,15 +47,10 @@ func (e *Engine) Catch(s *Session, build func(deliveryID uint64) interface{}) Ou
 			s.mu.Unlock()
 			return Refused
 		}
-		if s.stalled && len(s.res)+1 < e.lim.HardQueue {
-			s.stalled = false // one row per stall: the next waits again
-		} else {
-			s.stalled = false
-			if !s.waiting {
-				s.waiting = true
-				s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
-			}
-			e.pacer.Hold(s)
+		stalled := s.stalled
+		s.stalled = false // one row per stall: the next waits again
+		if !stalled || len(s.res)+1 >= e.lim.HardQueue {
+			e.wait(s)
 			s.mu.Unlock()
 			return Held
 		}
