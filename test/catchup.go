@@ -159,7 +159,6 @@ func CatchUpHandover(t *testing.T, store func(i int) echopubsub.Store) {
 		nd.Start(t, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)), echopubsub.WithStore(store(i)),
 			echopubsub.WithDurableTopics("room:*"))
 	}
-	WaitJoined(t, nodes)
 	publish := func(nd *Node, p string, from, to uint64, pace time.Duration) error {
 		for s := from; s <= to; s++ {
 			if err := nd.PS.Broadcast(nil, stream, &testpb.Stamp{Publisher: p, Seq: s}); err != nil {
