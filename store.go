@@ -65,7 +65,8 @@ type Store interface {
 // written for an earlier release still compiles and runs unchanged when
 // nobody asks for retention; Start refuses WithRetention with a store that
 // lacks it, naming the store's type, rather than keep rows it was told to
-// drop. store/bolt, store/postgres and test.MemStore implement it.
+// drop. store/bolt, store/seglog, store/postgres and test.MemStore
+// implement it.
 //
 // The rules every implementation follows (store/storetest checks them):
 //

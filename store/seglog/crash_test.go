@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/store/seglog"
 	"github.com/echopubsub/echopubsub/store/storetest"
 )
@@ -199,9 +200,13 @@ func FuzzSeglogOpen(f *testing.F) {
 		f.Fatal(err)
 	}
 	_ = s.Append(context.Background(), []echopubsub.Record{rec("a", 1), rec("b", 2)})
-	_ = s.Close()
+	_ = s.AppendAt(context.Background(), []echopubsub.Record{rec("a", 3)}, core.ProducerPosition{Node: "n2", Incarnation: 1, Next: 4})
 	seed, _ := os.ReadFile(filepath.Join(dir, "00000001.seg"))
+	_, _ = s.Trim(context.Background(), echopubsub.Retention{MaxRows: 1}) // a snapshot frame
+	_ = s.Close()
+	trimmed, _ := os.ReadFile(filepath.Join(dir, "00000001.seg"))
 	f.Add(seed)
+	f.Add(trimmed)
 	f.Add(seed[:len(seed)-1])
 	f.Add([]byte("EPSLOG\x00\x01\x05\x00\x00\x00\x00\x00\x00\x00\x01\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {

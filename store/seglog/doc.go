@@ -44,9 +44,30 @@
 //
 // # Costs and limits
 //
-// The index holds 12 bytes per row in memory (segment, offset, length),
-// and Open reads every segment: memory and start-up time grow with what
-// is kept. There is no retention yet: segments are kept forever. Read
+// The index holds 24 bytes per row in memory (segment, offset, length,
+// payload length, append time), and Open reads every segment: memory and
+// start-up time grow with what is kept.
+//
+// # Retention
+//
+// Store is an echopubsub.Trimmer (echopubsub.WithRetention): a trim
+// decides from the index alone (no record is read), drops the rows from
+// the index at once, and frees the disk a segment at a time: it writes a
+// snapshot frame (each trimmed stream's first kept cursor and end, every
+// producer position) and fdatasyncs it, then deletes the oldest segments
+// that hold no kept row. A segment with one row still kept is kept whole,
+// and so are those after it: size segments (WithSegmentSize) well below
+// what the retention keeps. A crash between the snapshot and the
+// deletions leaves segments that Open deletes. Open checks that every
+// stream holds each row from the first cursor its last snapshot keeps: a
+// segment deleted by hand is an error, not a stream that starts later.
+// Appends wait for a trim as for one commit; it costs them the time to
+// walk the index of each stream (and, for MaxBytes, its kept rows), plus
+// one fdatasync.
+//
+// # Reads
+//
+// Read
 // fetches rows with pread (adjacent rows of a stream in one call), from
 // the page cache when warm. Two processes cannot open one directory
 // (flock on its LOCK file, unix only). A failed fdatasync leaves what is

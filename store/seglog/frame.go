@@ -26,10 +26,22 @@ import (
 // The cursor of each row is written (not derived on open from the rows
 // before it), so that a reader can check that every stream goes on with
 // no hole, and so that a trim can drop whole segments from the front.
+//
+// A trim writes a snapshot frame (its body's first byte snapshotVersion)
+// before it removes a segment: what a replay that starts after the
+// removed segments needs to know.
+//
+//	body:   snapshotVersion
+//	        uvarint stream count, then each stream whose first kept
+//	        cursor is above 1: uvarint len, stream; uvarint first kept;
+//	        uvarint end (its last cursor: first - 1 when no row is kept)
+//	        uvarint position count, then each producer position (as
+//	        above, without the presence byte)
 const (
-	segMagic     = "EPSLOG\x00\x01"
-	frameHeader  = 8
-	frameVersion = 1
+	segMagic        = "EPSLOG\x00\x01"
+	frameHeader     = 8
+	frameVersion    = 1
+	snapshotVersion = 2
 	// maxFrame bounds one frame's body (one call's rows), so that an
 	// offset within a segment fits 32 bits.
 	maxFrame = 1 << 30
@@ -48,6 +60,19 @@ type frameRow struct {
 type frame struct {
 	rows []frameRow
 	pos  *core.ProducerPosition
+	snap *snapshot // a snapshot frame (no rows, no pos)
+}
+
+// snapshot is what a snapshot frame records: each trimmed stream's
+// bounds, and every producer position.
+type snapshot struct {
+	streams   []snapStream
+	positions []core.ProducerPosition
+}
+
+type snapStream struct {
+	name       string
+	first, end uint64
 }
 
 // errTorn: the bytes at this offset are not a whole frame (a write the
@@ -76,7 +101,11 @@ func frameAt(b []byte) (body []byte, n int, err error) {
 func decodeFrame(body []byte) (frame, error) {
 	d := decoder{b: body}
 	var f frame
-	if v := d.byte(); v != frameVersion {
+	switch d.byte() {
+	case frameVersion:
+	case snapshotVersion:
+		return decodeSnapshot(&d)
+	default:
 		return f, errors.New("frame of unknown version")
 	}
 	n := d.uvarint()
@@ -93,19 +122,52 @@ func decodeFrame(body []byte) (frame, error) {
 		f.rows = append(f.rows, r)
 	}
 	if d.byte() == 1 {
-		p := core.ProducerPosition{Node: string(d.bytes())}
-		g := d.uvarint()
-		p.Group, p.Incarnation, p.Next = uint32(g), d.uvarint(), d.uvarint()
-		p.Retired = d.byte() == 1
-		if g > 0xffffffff {
-			d.fail()
-		}
+		p := d.position()
 		f.pos = &p
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
 	return f, d.err
+}
+
+// decodeSnapshot decodes a snapshot frame's body past its version byte.
+func decodeSnapshot(d *decoder) (frame, error) {
+	sn := &snapshot{}
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		return frame{}, errors.New("snapshot stream count past its length")
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		st := snapStream{name: string(d.bytes()), first: d.uvarint(), end: d.uvarint()}
+		if st.first < 2 || st.first > st.end+1 {
+			d.fail()
+		}
+		sn.streams = append(sn.streams, st)
+	}
+	m := d.uvarint()
+	if m > uint64(len(d.b)) {
+		return frame{}, errors.New("snapshot position count past its length")
+	}
+	for i := uint64(0); i < m && d.err == nil; i++ {
+		sn.positions = append(sn.positions, d.position())
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	return frame{snap: sn}, d.err
+}
+
+// position decodes a producer position (frameWriter.position).
+func (d *decoder) position() core.ProducerPosition {
+	p := core.ProducerPosition{Node: string(d.bytes())}
+	g := d.uvarint()
+	p.Group, p.Incarnation, p.Next = uint32(g), d.uvarint(), d.uvarint()
+	p.Retired = d.byte() == 1
+	if g > 0xffffffff {
+		d.fail()
+	}
+	return p
 }
 
 type decoder struct {
@@ -181,17 +243,47 @@ func (w *frameWriter) end(pos *core.ProducerPosition) bool {
 		w.buf = append(w.buf, 0)
 	} else {
 		w.buf = append(w.buf, 1)
-		w.buf = binary.AppendUvarint(w.buf, uint64(len(pos.Node)))
-		w.buf = append(w.buf, pos.Node...)
-		w.buf = binary.AppendUvarint(w.buf, uint64(pos.Group))
-		w.buf = binary.AppendUvarint(w.buf, pos.Incarnation)
-		w.buf = binary.AppendUvarint(w.buf, pos.Next)
-		r := byte(0)
-		if pos.Retired {
-			r = 1
-		}
-		w.buf = append(w.buf, r)
+		w.position(pos)
 	}
+	return w.seal()
+}
+
+// position appends pos (decoder.position).
+func (w *frameWriter) position(pos *core.ProducerPosition) {
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(pos.Node)))
+	w.buf = append(w.buf, pos.Node...)
+	w.buf = binary.AppendUvarint(w.buf, uint64(pos.Group))
+	w.buf = binary.AppendUvarint(w.buf, pos.Incarnation)
+	w.buf = binary.AppendUvarint(w.buf, pos.Next)
+	r := byte(0)
+	if pos.Retired {
+		r = 1
+	}
+	w.buf = append(w.buf, r)
+}
+
+// snapshot appends sn as one snapshot frame; false: over maxFrame.
+func (w *frameWriter) snapshot(sn *snapshot) bool {
+	w.start = len(w.buf)
+	w.buf = append(w.buf, make([]byte, frameHeader)...)
+	w.buf = append(w.buf, snapshotVersion)
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(sn.streams)))
+	for _, st := range sn.streams {
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(st.name)))
+		w.buf = append(w.buf, st.name...)
+		w.buf = binary.AppendUvarint(w.buf, st.first)
+		w.buf = binary.AppendUvarint(w.buf, st.end)
+	}
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(sn.positions)))
+	for i := range sn.positions {
+		w.position(&sn.positions[i])
+	}
+	return w.seal()
+}
+
+// seal writes the open frame's length and checksum; false: the body is
+// over maxFrame (the frame is dropped).
+func (w *frameWriter) seal() bool {
 	body := w.buf[w.start+frameHeader:]
 	if len(body) > maxFrame {
 		w.buf = w.buf[:w.start]

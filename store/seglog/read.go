@@ -22,6 +22,25 @@ func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) (
 	if err != nil {
 		return nil, 0, err
 	}
+	for {
+		recs, next, err := s.read(name, from, limit)
+		if !errors.Is(err, errSegmentGone) {
+			return recs, next, err
+		}
+		// A trim removed the segment under this read: the rows it held
+		// are no longer kept, so read again from the first kept.
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// errSegmentGone: a segment was closed under a read, by a trim (not by
+// Close).
+var errSegmentGone = errors.New("segment removed by a trim")
+
+func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+	var err error
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -46,7 +65,10 @@ func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) (
 		locs = append(locs, st.rows[i:i+min(uint64(limit), end-from+1)]...)
 		files = make([]*os.File, len(locs))
 		for j, l := range locs {
-			files[j] = s.segs[l.seg]
+			if files[j] = s.segs[l.seg]; files[j] == nil { // never: a segment goes once no row in the index is in it
+				s.mu.RUnlock()
+				return nil, 0, fmt.Errorf("echopubsub: seglog: stream %q cursor %d: its segment %s is gone", name, from+uint64(j), segName(l.seg))
+			}
 		}
 	}
 	s.mu.RUnlock()
@@ -58,6 +80,14 @@ func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) (
 			j++
 		}
 		if out, err = readSpan(out, files[i], locs[i:j], name, from+uint64(i)); err != nil {
+			if errors.Is(err, echopubsub.ErrStoreClosed) {
+				s.mu.RLock()
+				closed := s.closed
+				s.mu.RUnlock()
+				if !closed {
+					return nil, 0, errSegmentGone
+				}
+			}
 			return nil, 0, err
 		}
 		i = j

@@ -43,23 +43,54 @@ func segments(dir string) ([]uint32, error) {
 // the first frame that is not whole and everything after it is a commit
 // that a crash cut short (never fdatasynced, so never acknowledged): it
 // is cut off. Anything else is an error naming the file and the offset.
+//
+// A trim removes the oldest segments once a snapshot frame says what they
+// held (trim.go), so a replay that starts past segment 1 may meet a
+// stream's first row above cursor 1, or a snapshot that keeps rows a
+// later trim removed with their segment. Both are taken on trust while
+// replaying, and checked at the end: each stream must hold every row
+// from the first cursor its last snapshot keeps (1 with none) to its end.
+// A snapshot must also agree with the rows before it on each stream's
+// end.
 func (s *Store) recover() error {
 	ids, err := segments(s.dir)
 	if err != nil {
 		return err
 	}
+	s.required = map[string]uint64{}
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
 			return fmt.Errorf("segment %s follows %s: a segment is missing", segName(id), segName(ids[i-1]))
+		}
+		if i == 0 {
+			s.firstSeg = id
 		}
 		if err := s.replay(id, i == len(ids)-1); err != nil {
 			return err
 		}
 	}
+	for _, name := range sortedNames(s.streams) {
+		if req, first := max(s.required[name], 1), s.streams[name].first; first > req {
+			return fmt.Errorf("stream %q: rows %d..%d are missing (no trim removed them)", name, req, first-1)
+		}
+	}
+	s.required = nil
 	if len(ids) == 0 {
+		s.firstSeg = 1
 		return s.rotate()
 	}
-	return nil
+	// A crash between a trim's snapshot and its removals left segments
+	// that hold no kept row.
+	return s.removeSegments()
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // replay reads segment id into the index; the last one becomes the
@@ -115,23 +146,54 @@ func (s *Store) apply(id uint32, bodyOff int, body []byte) error {
 	if err != nil {
 		return err
 	}
+	if fr.snap != nil {
+		return s.applySnapshot(fr.snap)
+	}
 	for _, r := range fr.rows {
 		st := s.streams[r.stream]
 		want := uint64(1)
 		if st != nil {
 			want = st.end() + 1
+		} else if s.firstSeg > 1 { // its first rows may have been trimmed: checked at the end
+			want = r.cursor
 		}
 		if r.cursor != want {
 			return fmt.Errorf("stream %q: cursor %d where %d comes next", r.stream, r.cursor, want)
 		}
-		if _, err := storekit.DecodeRecord(body[r.recOff : r.recOff+r.recLen]); err != nil {
+		p, err := storekit.ParseRecord(body[r.recOff : r.recOff+r.recLen])
+		if err != nil {
 			return fmt.Errorf("stream %q cursor %d: %w", r.stream, r.cursor, err)
 		}
 		st = s.index(r.stream, r.cursor)
-		st.rows = append(st.rows, loc{seg: id, off: uint32(bodyOff + r.recOff), n: uint32(r.recLen)})
+		st.rows = append(st.rows, loc{seg: id, off: uint32(bodyOff + r.recOff), n: uint32(r.recLen),
+			bytes: uint32(len(p.Fields[2])), at: unixNano(p.Time)})
+		s.live[id]++
 	}
 	if fr.pos != nil {
 		s.positions[posKey{fr.pos.Node, fr.pos.Group}] = *fr.pos
+	}
+	return nil
+}
+
+// applySnapshot applies a trim's snapshot frame: each stream it lists
+// keeps its rows from first on, and ends where it says (rows before the
+// snapshot that are not here were all in removed segments: the stream
+// goes on after its end); every position it lists is recorded.
+func (s *Store) applySnapshot(sn *snapshot) error {
+	for _, ss := range sn.streams {
+		s.required[ss.name] = ss.first
+		st := s.streams[ss.name]
+		switch {
+		case st == nil:
+			s.index(ss.name, ss.end+1)
+		case st.end() != ss.end:
+			return fmt.Errorf("trim snapshot: stream %q ends at cursor %d, but its rows here end at %d", ss.name, ss.end, st.end())
+		default:
+			s.drop(st, ss.name, ss.first)
+		}
+	}
+	for _, p := range sn.positions {
+		s.positions[posKey{p.Node, p.Group}] = p
 	}
 	return nil
 }

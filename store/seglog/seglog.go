@@ -24,7 +24,7 @@ type Store struct {
 	log     zerolog.Logger
 	segSize int64
 	lock    *os.File
-	commits *storekit.GroupCommit[*storekit.LocalAppend]
+	commits *storekit.GroupCommit[*item]
 
 	// The committer's alone (the GroupCommit goroutine; Open's before it
 	// starts): no lock.
@@ -34,6 +34,11 @@ type Store struct {
 	broken   error // a failed fsync or unrepaired write: every later commit fails
 	w        frameWriter
 	rec      []byte // one record's encoding, reused
+	// live counts each segment's rows still in the index; a trim removes
+	// the segments from firstSeg up that hold none (see trim.go).
+	live     map[uint32]int
+	firstSeg uint32
+	required map[string]uint64 // recover: each stream's first kept cursor, by its last snapshot
 
 	// mu guards what Read and Position see; the committer changes it
 	// (under the write lock) only after the frames are on disk.
@@ -53,9 +58,13 @@ type stream struct {
 
 func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
 
-// loc is where a row's record (storekit.AppendRecord) is.
+// loc is where a row's record (storekit.AppendRecord) is, with what a
+// trim decides on (storekit.Row): its payload's length and append time
+// (UnixNano; 0: none), so that Trim reads no record.
 type loc struct {
 	seg, off, n uint32
+	bytes       uint32
+	at          int64
 }
 
 type posKey struct {
@@ -107,7 +116,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("echopubsub: seglog: %w", err)
 	}
 	s := &Store{dir: dir, log: o.log, segSize: o.segSize, lock: lock, segs: map[uint32]*os.File{},
-		streams: map[string]*stream{}, positions: map[posKey]core.ProducerPosition{}}
+		streams: map[string]*stream{}, positions: map[posKey]core.ProducerPosition{}, live: map[uint32]int{}}
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
@@ -130,18 +139,25 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", recs, nil, nil)
+	return storekit.SubmitLocal(ctx, s.commits, &item{}, "seglog append", recs, nil, nil)
+}
+
+// item is one call through the group commit: an append (Append, AppendAt,
+// MarkGap) or a Trim.
+type item struct {
+	storekit.LocalAppend
+	trim *trimOp
 }
 
 // AppendAt implements core.LocalStore.
 func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
-	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", recs, nil, &pos)
+	return storekit.SubmitLocal(ctx, s.commits, &item{}, "seglog append", recs, nil, &pos)
 }
 
 // MarkGap implements core.LocalStore.
 func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
 	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
-	return storekit.SubmitLocal(ctx, s.commits, &storekit.LocalAppend{}, "seglog append", nil, &gap, &pos)
+	return storekit.SubmitLocal(ctx, s.commits, &item{}, "seglog append", nil, &gap, &pos)
 }
 
 // Position implements core.LocalStore.
@@ -165,12 +181,36 @@ type placed struct {
 	loc    loc
 }
 
-// commit writes batch (one frame per call) with one write and, when a
-// row is in it, one fdatasync; then makes it visible. On a failed write
+// commit commits batch's appends (appendFrames), then its trims, each of
+// which reports its own outcome in its trimOp: a failed trim must not
+// fail the group, whose appends are on disk (storekit.GroupCommit would
+// commit them again, alone).
+func (s *Store) commit(batch []*item) error {
+	appends := make([]*storekit.LocalAppend, 0, len(batch))
+	for _, it := range batch {
+		if it.trim == nil {
+			appends = append(appends, &it.LocalAppend)
+		}
+	}
+	if len(appends) > 0 {
+		if err := s.appendFrames(appends); err != nil {
+			return err
+		}
+	}
+	for _, it := range batch {
+		if it.trim != nil {
+			it.trim.out, it.trim.err = s.trim(it.trim.r, it.trim.now)
+		}
+	}
+	return nil
+}
+
+// appendFrames writes batch (one frame per call) with one write and, when
+// a row is in it, one fdatasync; then makes it visible. On a failed write
 // the tail is cut back, so that storekit.GroupCommit's retry of each call
 // alone starts clean; after a failed fdatasync what is on disk is unknown
 // and the store refuses every later commit (reopen it).
-func (s *Store) commit(batch []*storekit.LocalAppend) error {
+func (s *Store) appendFrames(batch []*storekit.LocalAppend) error {
 	if s.broken != nil {
 		return s.broken
 	}
@@ -212,6 +252,7 @@ func (s *Store) commit(batch []*storekit.LocalAppend) error {
 		st := s.index(r.stream, 0)
 		st.rows = append(st.rows, r.loc)
 	}
+	s.live[s.activeID] += len(rows)
 	for _, a := range batch {
 		if a.Pos != nil {
 			s.positions[posKey{a.Pos.Node, a.Pos.Group}] = *a.Pos
@@ -276,7 +317,8 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 		s.rec = storekit.AppendRecord(s.rec[:0], r)
 		start := s.w.row(r.Stream, r.Cursor, len(s.rec))
 		s.w.buf = append(s.w.buf, s.rec...)
-		rows = append(rows, placed{r.Stream, loc{seg: s.activeID, off: uint32(s.size) + uint32(start), n: uint32(len(s.rec))}})
+		rows = append(rows, placed{r.Stream, loc{seg: s.activeID, off: uint32(s.size) + uint32(start), n: uint32(len(s.rec)),
+			bytes: uint32(len(r.Payload)), at: unixNano(r.Time)}})
 	}
 	if !s.w.end(a.Pos) {
 		return rows[:mark], fmt.Errorf("one call's rows are over %d bytes", maxFrame)

@@ -1,0 +1,213 @@
+package seglog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/storekit"
+)
+
+var _ echopubsub.Trimmer = (*Store)(nil)
+
+// trimOp is one Trim through the group commit: the committer decides and
+// applies it between two commits, so that it sees a stream's rows as
+// appends leave them, and fills in out and err.
+type trimOp struct {
+	r   echopubsub.Retention
+	now time.Time
+	out []echopubsub.Trimmed
+	err error
+}
+
+// Trim implements echopubsub.Trimmer. It runs on the committer between
+// two commits, and never reads a record: the index holds each row's
+// payload length and append time. What it removes is gone from Read at
+// once; on disk, it writes a snapshot frame (each trimmed stream's first
+// kept cursor, every producer position) and fdatasyncs it, then deletes
+// the oldest segments that no longer hold a kept row. A segment that
+// still holds one row kept is kept whole: the disk is freed a segment at
+// a time (WithSegmentSize), from the oldest.
+func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.Trimmed, error) {
+	if r == (echopubsub.Retention{}) {
+		return nil, nil
+	}
+	op := &trimOp{r: r, now: time.Now()}
+	if err := s.commits.Submit(ctx, &item{trim: op}); err != nil {
+		if !errors.Is(err, echopubsub.ErrStoreClosed) && ctx.Err() == nil {
+			err = fmt.Errorf("echopubsub: seglog trim: %w", err)
+		}
+		return nil, err
+	}
+	return op.out, op.err
+}
+
+// trim decides and applies r (committer only): the rows removed leave the
+// index only once the snapshot that says so is on disk.
+func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimmed, error) {
+	if s.broken != nil {
+		return nil, s.broken
+	}
+	cuts := s.cuts(r, now)
+	if len(cuts) == 0 {
+		return nil, nil
+	}
+	if s.size >= s.segSize {
+		if err := s.rotate(); err != nil {
+			return nil, err
+		}
+	}
+	s.w.buf = s.w.buf[:0]
+	if !s.w.snapshot(s.snapshot(cuts)) {
+		return nil, fmt.Errorf("echopubsub: seglog trim: the snapshot is over %d bytes", maxFrame)
+	}
+	if _, err := s.active.WriteAt(s.w.buf, s.size); err != nil {
+		if terr := s.active.Truncate(s.size); terr != nil {
+			s.broken = fmt.Errorf("write %s: %w; cutting it back failed: %v (reopen the store)", s.active.Name(), err, terr)
+			return nil, s.broken
+		}
+		return nil, fmt.Errorf("echopubsub: seglog trim: %w", err)
+	}
+	if err := storekit.Fdatasync(s.active); err != nil {
+		s.broken = fmt.Errorf("%w: what is on disk is unknown (reopen the store)", err)
+		return nil, s.broken
+	}
+	s.size += int64(len(s.w.buf))
+	out := make([]echopubsub.Trimmed, 0, len(cuts))
+	s.mu.Lock()
+	for _, name := range sortedKeys(cuts) {
+		out = append(out, s.drop(s.streams[name], name, cuts[name]+1))
+	}
+	s.mu.Unlock()
+	if err := s.removeSegments(); err != nil {
+		// The rows are trimmed (the snapshot is on disk); their space is
+		// not freed yet: the next trim, or Open, tries again.
+		s.log.Error().Err(err).Str("dir", s.dir).Msg("seglog: removing trimmed segments failed")
+	}
+	return out, nil
+}
+
+// cuts is, per stream r trims, the highest cursor to remove
+// (storekit.Cut), read from the index (committer only: it alone changes
+// the index).
+func (s *Store) cuts(r echopubsub.Retention, now time.Time) map[string]uint64 {
+	out := map[string]uint64{}
+	for name, st := range s.streams {
+		rows, first := st.rows, st.first
+		walk := func(down bool) func(func(storekit.Row) bool) {
+			return func(yield func(storekit.Row) bool) {
+				for k := range rows {
+					i := k
+					if down {
+						i = len(rows) - 1 - k
+					}
+					row := storekit.Row{Cursor: first + uint64(i), Bytes: uint64(rows[i].bytes)}
+					if rows[i].at != 0 {
+						row.Time = time.Unix(0, rows[i].at)
+					}
+					if !yield(row) {
+						return
+					}
+				}
+			}
+		}
+		if cut := storekit.Cut(r, now, first, st.end(), walk(false), walk(true)); cut >= first {
+			out[name] = cut
+		}
+	}
+	return out
+}
+
+// snapshot is what the log must say once cuts are applied: every stream
+// whose first kept cursor is above 1, and every producer position.
+func (s *Store) snapshot(cuts map[string]uint64) *snapshot {
+	sn := &snapshot{}
+	for name, st := range s.streams {
+		first := st.first
+		if c, ok := cuts[name]; ok {
+			first = c + 1
+		}
+		if first > 1 {
+			sn.streams = append(sn.streams, snapStream{name: name, first: first, end: st.end()})
+		}
+	}
+	sort.Slice(sn.streams, func(i, j int) bool { return sn.streams[i].name < sn.streams[j].name })
+	for _, p := range s.positions {
+		sn.positions = append(sn.positions, p)
+	}
+	sort.Slice(sn.positions, func(i, j int) bool {
+		a, b := sn.positions[i], sn.positions[j]
+		return a.Node < b.Node || (a.Node == b.Node && a.Group < b.Group)
+	})
+	return sn
+}
+
+// drop removes st's rows below first from the index (under mu, or in
+// Open) and says what it removed.
+func (s *Store) drop(st *stream, name string, first uint64) echopubsub.Trimmed {
+	t := echopubsub.Trimmed{Stream: name, FirstKept: first}
+	if first <= st.first {
+		t.FirstKept = st.first
+		return t
+	}
+	k := min(first-st.first, uint64(len(st.rows)))
+	for _, l := range st.rows[:k] {
+		t.Rows++
+		t.Bytes += uint64(l.bytes)
+		s.live[l.seg]--
+	}
+	// A copy, so that the removed rows' index is freed.
+	st.rows = append([]loc(nil), st.rows[k:]...)
+	st.first = first
+	return t
+}
+
+// removeSegments deletes the oldest segments that hold no kept row, up
+// to the active one (whose frames include the last snapshot), oldest
+// first, so that the segments left are still a run with no hole
+// (recover). Committer only, or Open.
+func (s *Store) removeSegments() error {
+	removed := false
+	for s.firstSeg < s.activeID && s.live[s.firstSeg] <= 0 {
+		id := s.firstSeg
+		s.mu.Lock()
+		f := s.segs[id]
+		delete(s.segs, id)
+		s.mu.Unlock()
+		if f != nil {
+			_ = f.Close() // a Read that holds it retries (Read)
+		}
+		if err := os.Remove(filepath.Join(s.dir, segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		delete(s.live, id)
+		s.firstSeg++
+		removed = true
+	}
+	if removed {
+		return syncDir(s.dir)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unixNano is t as a loc's at (0: the zero Time).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
