@@ -18,7 +18,18 @@ import (
 
 func openStore(path string) (echopubsub.Store, error) { return seglog.Open(path) }
 
-func init() { storetest.RunKillChild(openStore) }
+func init() {
+	storetest.RunKillChild(openStore)
+	storetest.RunRestartChild(openStore)
+}
+
+// TestFullClusterRestartProcessByProcessWritesNoGapRow: storetest's
+// FullClusterRestart on a log directory per node: three node processes
+// stopped one by one with SIGTERM and started again on their logs replay
+// every message and no gap row.
+func TestFullClusterRestartProcessByProcessWritesNoGapRow(t *testing.T) {
+	storetest.FullClusterRestart(t, openStore)
+}
 
 // TestSeglogSurvivesKill9: storetest.SurvivesKill9 on a log directory.
 func TestSeglogSurvivesKill9(t *testing.T) {
