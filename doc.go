@@ -34,9 +34,11 @@
 //   - gateway (its own module: go get .../echopubsub/gateway): the
 //     WebSocket gateway (one socket, one session), built on this
 //     package's API.
-//   - store/bolt (its own module): the embedded Store (one bbolt file per
-//     node); store/seglog: an embedded Store as a segmented log (one
-//     fdatasync per commit; standard library only; not the default);
+//   - store/seglog: the embedded Store, a segmented log in one directory
+//     per node (one fdatasync per group commit; standard library only);
+//     store/bolt (its own module): an embedded Store in one bbolt file per
+//     node (constant-time open, no index in memory, about half the
+//     durable append rate);
 //     store/postgres (its own module): PostgreSQL; store/storetest: the conformance suite and benchmarks every Store
 //     runs. This package imports none of them, so a program that does not
 //     use them neither links nor downloads websocket, bbolt or pgx.
@@ -203,8 +205,8 @@
 //     node replays from any cursor. Rows become visible in cursor order
 //     (an append holds the stream's counter row lock until it commits), so
 //     a replay never steps over a row that commits later.
-//   - Embedded store (package store/bolt, one bbolt file per node; or
-//     store/seglog, a segmented log in one directory per node): each
+//   - Embedded store (package store/seglog, a segmented log in one
+//     directory per node; or store/bolt, one bbolt file per node): each
 //     node appends what it receives: the publishing node in
 //     Broadcast, every other node in its worker, one transaction per
 //     batch, before it acknowledges the batch (an acknowledgement means
@@ -252,7 +254,7 @@
 // Retention: WithRetention(Retention{MaxAge, MaxRows, MaxBytes}) (a zero
 // field is no limit) makes the pubsub trim every stream of its store, at
 // Start and every Config.RetentionInterval, oldest rows first, through the
-// store's Trimmer (store/bolt and store/postgres implement it; Start
+// store's Trimmer (store/seglog, store/bolt and store/postgres implement it; Start
 // refuses a store that does not). Trimming deletes in bounded chunks, so
 // appends wait for at most about one chunk. Cursors are never reused: a
 // stream's end survives its rows. A replay (or a WithFrom catch-up) from a

@@ -21,12 +21,12 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/gateway"
-	"github.com/echopubsub/echopubsub/store/bolt"
+	"github.com/echopubsub/echopubsub/store/seglog"
 )
 
 // The chat demo (go run ./cmd/demo -chat): two EchoPubSub nodes in this
 // process, each with its own WebSocket gateway and its own embedded store
-// (a bbolt file in a temp dir), where the node appends every message of the
+// (store/seglog: a log directory in a temp dir), where the node appends every message of the
 // durable room it receives, whoever published it. The page /chat?node=1&user=ada is a chat client
 // bound to node 1, on the gateway's JavaScript client (served at
 // /static/echopubsub.js): it subscribes to the durable room from the
@@ -123,7 +123,7 @@ func (c *Chat) startNodes() error {
 			}
 			return nil
 		}
-		store, err := bolt.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d.db", i+1)))
+		store, err := seglog.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d", i+1)))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i+1, err)
 		}
