@@ -98,8 +98,8 @@ func (c Config) engine() core.Config {
 // framing of protoactor's envelope around a batch.
 const MaxBatchBytesLimit = 32 << 20
 
-// MaxBufferSize is the largest BufferSize: 16,777,216 slots, 128 MiB of
-// pointers per producer before any message is held.
+// MaxBufferSize is the largest BufferSize: 16,777,216 slots, 448 MiB of
+// ring (28 bytes a slot) per producer before any message is held.
 const MaxBufferSize = 1 << 24
 
 // MaxBatchMessagesLimit is the largest MaxBatchMessages.
