@@ -20,7 +20,9 @@ type Config struct {
 	// stream stays ordered. Defaults to 1.
 	PoolSize int
 	// BufferSize is the number of recent messages each producer keeps for
-	// replay. At most MaxBufferSize. Defaults to 10_000.
+	// replay. At most MaxBufferSize. Defaults to 10_000. What they cost in
+	// memory, and the GOMEMLIMIT that keeps a node near it: BufferBytes,
+	// MemoryLimit.
 	BufferSize int
 	// BatchInterval bounds how long a producer holds a part batch: a full
 	// one (MaxBatchMessages or MaxBatchBytes worth, buffered for a node)
