@@ -28,7 +28,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-scale bench-durable
+.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-memory bench-scale bench-durable
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -79,6 +79,12 @@ soak-plant:
 # The benchmark run behind docs/benchmarks.md (the harness is in test/e2e).
 bench:
 	cd $(E2E) && $(GO) run ./bench -full -doc ../../docs/benchmarks.md
+
+# Node 0's memory with BufferSize 2,000,000 full, at 10 B and 200 B, with
+# no GOMEMLIMIT, with Config.MemoryLimit's and with 64 MiB more: the section
+# "Producer memory" of docs/benchmarks.md (issue 26 item 4; ~3 minutes).
+bench-memory:
+	cd $(E2E) && $(GO) run ./bench -memory -memlimit off,auto,auto+64MiB -doc ../../docs/benchmarks.md
 
 # The cost of a large cluster (docs/scaling.md): N full-mesh nodes in one process.
 bench-scale:

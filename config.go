@@ -20,7 +20,9 @@ type Config struct {
 	// stream stays ordered. Defaults to 1.
 	PoolSize int
 	// BufferSize is the number of recent messages each producer keeps for
-	// replay. At most MaxBufferSize. Defaults to 10_000.
+	// replay. At most MaxBufferSize. Defaults to 10_000. What they cost in
+	// memory, and the GOMEMLIMIT that keeps a node near it: BufferBytes,
+	// MemoryLimit.
 	BufferSize int
 	// BatchInterval bounds how long a producer holds a part batch: a full
 	// one (MaxBatchMessages or MaxBatchBytes worth, buffered for a node)
@@ -98,8 +100,8 @@ func (c Config) engine() core.Config {
 // framing of protoactor's envelope around a batch.
 const MaxBatchBytesLimit = 32 << 20
 
-// MaxBufferSize is the largest BufferSize: 16,777,216 slots, 128 MiB of
-// pointers per producer before any message is held.
+// MaxBufferSize is the largest BufferSize: 16,777,216 slots, 448 MiB of
+// ring (28 bytes a slot) per producer before any message is held.
 const MaxBufferSize = 1 << 24
 
 // MaxBatchMessagesLimit is the largest MaxBatchMessages.

@@ -448,19 +448,21 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if exclude && from == nil {
 		return fmt.Errorf("echopubsub: a ...From broadcast needs a sender PID")
 	}
-	typeName, payload, err := messages.Encode(msg)
+	w := core.NewWrite() // recycled by its producer (or below), with its payload buffer
+	typeName, payload, err := messages.AppendEncode(w.Payload, msg)
 	if err != nil {
 		return err
 	}
 	if err := ps.rt.CheckSize(len(topic), len(payload)); err != nil {
 		return err
 	}
-	w := &core.Write{Topic: topic, PayloadType: typeName, Payload: payload, OnlyNode: onlyNode, Msg: msg}
+	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, onlyNode, msg
 	if exclude {
 		w.Exclude = delivery.Key(from)
 	}
 	if local {
-		ps.d.DeliverLocal(w)
+		ps.d.DeliverLocal(w) // hands out msg, never the payload: w is free again
+		w.Recycle()
 		return nil
 	}
 	return ps.rt.Enqueue(wait, from, w)

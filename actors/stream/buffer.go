@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"unsafe"
+
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/ringbuf"
 )
@@ -25,6 +27,13 @@ type store struct {
 	// size is the batch bytes (entrySize) of every message written.
 	size uint64
 }
+
+// BytesPerMessage is what a buffered message costs beyond its payload: its
+// record and write time in the ring, allocated for every slot at start.
+// Payload bytes add their own length (64 KiB segments leave at most one
+// payload's worth unused at each segment's end). BenchmarkStoreHeap
+// measures it; TestStoreHeapPerMessage holds the store to it.
+const BytesPerMessage = int(unsafe.Sizeof(record{})) + 8
 
 // entrySize is what one message counts towards MaxBatchBytes.
 func entrySize(topic string, payload []byte, exclude, onlyNode string) int {

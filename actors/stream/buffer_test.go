@@ -112,3 +112,32 @@ func BenchmarkStoreHeap(b *testing.B) {
 		})
 	}
 }
+
+// TestStoreHeapPerMessage holds the store to BytesPerMessage, the figure
+// Config.BufferBytes (and so the GOMEMLIMIT guidance) is built on: a full
+// store's heap is its payloads plus BytesPerMessage per slot.
+func TestStoreHeapPerMessage(t *testing.T) {
+	const n, size = 200_000, 100
+	payload := make([]byte, size)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s, err := newStore(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n+n/2; i++ { // full, and a half turn of overwrites
+		e := core.Write{Topic: "match:42", PayloadType: "scorepb.Goal", Payload: payload}
+		if _, err := s.write(&e, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n - size
+	// Segment tails and the segment list add well under a byte a message.
+	if per < float64(BytesPerMessage)-0.5 || per > float64(BytesPerMessage)+2 {
+		t.Fatalf("%.2f heap bytes a message beyond its payload, BytesPerMessage says %d", per, BytesPerMessage)
+	}
+	runtime.KeepAlive(s)
+}

@@ -312,6 +312,7 @@ func (p *producer) takeWrites(ctx actor.Context) {
 	p.taken = p.queue.Take(p.taken)
 	for _, w := range p.taken {
 		p.write(ctx, w)
+		w.Recycle() // buffered (copied) and delivered: a Broadcast may reuse it
 	}
 	if len(p.taken) == 0 {
 		return
@@ -552,7 +553,7 @@ func (pe *peer) sentTo(target uint64, size int) {
 // with its size (entrySize summed). Peers that need the same range share
 // one batch, which is never modified once sent.
 func (p *producer) batch(d ringbuf.Decision) (*messages.Batch, int) {
-	n, size := 0, 0
+	n, size, payloads := 0, 0, 0
 	for c := d.From; c < d.To && n < p.cfg.MaxBatchMessages; c++ {
 		topic, _, payload, ex, err := p.buf.at(c)
 		if err != nil {
@@ -565,6 +566,7 @@ func (p *producer) batch(d ringbuf.Decision) (*messages.Batch, int) {
 		}
 		n++
 		size += sz
+		payloads += len(payload)
 	}
 	if b := p.lastBatch; b != nil && b.FirstCursor == d.From && b.Len() == n && b.ProducerIncarnation == p.inc {
 		return b, size
@@ -572,7 +574,7 @@ func (p *producer) batch(d ringbuf.Decision) (*messages.Batch, int) {
 	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
 		TopicIndex: make([]uint32, 0, n), TypeIndex: make([]uint32, 0, n), PayloadSize: make([]uint32, 0, n),
-		Payloads: make([]byte, 0, size)}
+		Payloads: make([]byte, 0, payloads)} // payload bytes only: size also counts topics and framing
 	for c := d.From; c < d.From+uint64(n); c++ {
 		topic, typ, payload, ex, _ := p.buf.at(c)
 		b.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)

@@ -105,6 +105,8 @@ type options struct {
 	logDir     string
 	from       string
 	cmdline    string
+	memory     bool
+	memLimits  string
 }
 
 // savedOptions is what a report needs of the options, saved with a run.
@@ -164,11 +166,25 @@ func parseFlags(args []string) (*options, error) {
 	maxBatch := fs.Int("max-batch-messages", 0, "experiment: EchoPubSub Config.MaxBatchMessages (0: library default)")
 	maxPending := fs.Int("max-pending-writes", 0, "experiment: EchoPubSub Config.MaxPendingWrites (0: library default)")
 	from := fs.String("from", "", "do not run: render -doc from a results.json a previous run saved")
+	memory := fs.Bool("memory", false, "node 0's memory with BufferSize 2 x N full (issue 26 item 4): EchoPubSub, 3 nodes, payloads 10,200, N=1e6, 100ms, each -memlimit; -doc writes only its section")
+	memLimits := fs.String("memlimit", "off,auto", "with -memory: node 0's GOMEMLIMIT per run: off, auto (Config.MemoryLimit) or a size such as 300MiB")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *memory {
+		def := map[string]*string{"systems": systems, "payloads": payloads, "intervals": intervals}
+		for name, v := range map[string]string{"systems": sysOurs, "payloads": "10,200", "intervals": "100ms"} {
+			if !set[name] {
+				*def[name] = v
+			}
+		}
+		if !set["n"] {
+			*n = 1_000_000
+		}
+		*latency = false
+	}
 	if *full {
 		if !set["nodes"] {
 			*nodes = "3,4"
@@ -194,7 +210,8 @@ func parseFlags(args []string) (*options, error) {
 	}
 	o := &options{systems: strings.Split(*systems, ","), n: *n, n0: *n0, reps: *reps, pubs: *pubs, warmup: *warmup, rate: *rate,
 		latSecs: *latSecs, latency: *latency, profile: *profile, stall: *stall, doc: *doc, jsonOut: *jsonOut,
-		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, nPeer: map[string]int{}}
+		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, nPeer: map[string]int{},
+		memory: *memory, memLimits: *memLimits}
 	for _, s := range o.systems {
 		if !contains(allSystems, s) {
 			return nil, fmt.Errorf("-systems: unknown %q (known: %s)", s, strings.Join(allSystems, ", "))
@@ -353,6 +370,9 @@ func coordMain(args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.memory {
+		return memoryMain(o)
+	}
 	var rep *report
 	if o.from != "" {
 		b, err := os.ReadFile(o.from)
@@ -398,7 +418,11 @@ func coordMain(args []string) error {
 		if err := os.WriteFile(o.chart, []byte(rep.svg()), 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.doc, []byte(rep.markdown()), 0o644); err != nil {
+		md := rep.markdown()
+		if sec := keepMemory(o.doc); sec != "" { // make bench-memory's section stays
+			md = spliceMemory(md, sec)
+		}
+		if err := os.WriteFile(o.doc, []byte(md), 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s and %s\n", o.doc, o.chart)

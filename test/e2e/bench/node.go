@@ -39,6 +39,7 @@ type nodeProc struct {
 	pubMu   sync.Mutex
 	publish *pubRun
 	prof    *os.File
+	mem     *memSampler // nil unless cfg.MemSample
 }
 
 type pubRun struct {
@@ -56,6 +57,9 @@ func (n *nodeProc) emit(ev event) {
 // serves commands until "quit" or end of stdin.
 func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
 	n := &nodeProc{cfg: cfg, coll: newCollector(), out: json.NewEncoder(out)}
+	if cfg.MemSample {
+		n.mem = startMemSampler(20 * time.Millisecond)
+	}
 	var err error
 	switch cfg.System {
 	case sysOurs:
@@ -130,7 +134,9 @@ func (n *nodeProc) handle(c cmd) {
 	case "prof_stop":
 		n.stopProfile()
 	default:
-		reply.OK, reply.Err = false, "unknown op "+c.Op
+		if !n.handleMem(c, &reply) {
+			reply.OK, reply.Err = false, "unknown op "+c.Op
+		}
 	}
 	n.emit(reply)
 }

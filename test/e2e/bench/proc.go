@@ -19,9 +19,9 @@ type child struct{ *proc.Proc }
 // SetID numbers the command for the controller.
 func (c *cmd) SetID(id int64) { c.ID = id }
 
-// startChild re-executes this binary in role with cfg, stderr appended to
-// logPath, and waits for its "ready" line.
-func startChild(name, role string, cfg nodeConfig, logPath string, timeout time.Duration) (*child, error) {
+// startChild re-executes this binary in role with cfg and env added to its
+// environment, stderr appended to logPath, and waits for its "ready" line.
+func startChild(name, role string, cfg nodeConfig, logPath string, timeout time.Duration, env ...string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func startChild(name, role string, cfg nodeConfig, logPath string, timeout time.
 		return nil, err
 	}
 	p, err := proc.Start(context.Background(), proc.Spec{Name: name, Argv: []string{self},
-		Env: []string{roleEnv + "=" + role, configEnv + "=" + string(b)}, Log: logPath, ReadyTimeout: timeout})
+		Env: append([]string{roleEnv + "=" + role, configEnv + "=" + string(b)}, env...), Log: logPath, ReadyTimeout: timeout})
 	if err != nil {
 		return nil, err
 	}

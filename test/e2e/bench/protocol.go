@@ -37,6 +37,8 @@ type nodeConfig struct {
 	// EchoPubSub overrides (0: library default), for experiments.
 	MaxBatchMessages int `json:"max_batch_messages,omitempty"`
 	MaxPendingWrites int `json:"max_pending_writes,omitempty"`
+	// MemSample: sample the process's memory (memsample.go) for "memstats".
+	MemSample bool `json:"mem_sample,omitempty"`
 	// nats server role
 	NatsPort int    `json:"nats_port,omitempty"`
 	StoreDir string `json:"store_dir,omitempty"`
@@ -44,7 +46,7 @@ type nodeConfig struct {
 
 type cmd struct {
 	ID  int64  `json:"id"`
-	Op  string `json:"op"` // ready, reset, publish, status, latency, prof_start, prof_stop, quit
+	Op  string `json:"op"` // ready, reset, publish, status, latency, prof_start, prof_stop, memstats, heapprof, quit
 	Rep int    `json:"rep,omitempty"`
 	N   int    `json:"n,omitempty"`
 	// publish
@@ -71,6 +73,8 @@ type event struct {
 	PubErrs  int64 `json:"pub_errs,omitempty"`
 	// latency: sorted samples are summarised on the node
 	Lat *latSummary `json:"lat,omitempty"`
+	// memstats
+	Mem *memStats `json:"mem,omitempty"`
 }
 
 type latSummary struct {

@@ -28,6 +28,8 @@ type scenario struct {
 	// Profile: one extra repetition with a CPU profile of the publishing
 	// node and of one receiving node.
 	Profile bool `json:"profile,omitempty"`
+	// MemLimit > 0: node 0 runs with GOMEMLIMIT set to it (bytes).
+	MemLimit int64 `json:"mem_limit,omitempty"`
 }
 
 func (s scenario) label() string {
@@ -37,6 +39,9 @@ func (s scenario) label() string {
 	}
 	if s.Rate > 0 {
 		l += fmt.Sprintf(" latency@%d/s", s.Rate)
+	}
+	if s.MemLimit > 0 {
+		l += fmt.Sprintf(" GOMEMLIMIT=%dMiB", s.MemLimit>>20)
 	}
 	return l
 }
@@ -75,7 +80,9 @@ type result struct {
 	Profiles         map[string]string `json:"profiles,omitempty"`
 	// ProfileFiles are the CPU profiles behind Profiles, by node.
 	ProfileFiles map[string]string `json:"profile_files,omitempty"`
-	Err          string            `json:"err,omitempty"`
+	// Mem: node 0's memory at its peak and at the end (-memory runs).
+	Mem *memStats `json:"mem,omitempty"`
+	Err string    `json:"err,omitempty"`
 }
 
 // runner runs scenarios, one fresh set of processes each.
@@ -85,7 +92,9 @@ type runner struct {
 	warmup int // messages of the uncounted first repetition; 0 none
 	// EchoPubSub config overrides for experiments (0: library default).
 	maxBatch, maxPending int
-	progress             *progress
+	// memory: sample node 0's memory and keep its heap profile (-memory).
+	memory   bool
+	progress *progress
 }
 
 func (r *runner) run(s scenario) (res result) {
@@ -139,9 +148,13 @@ func (r *runner) runErr(s scenario, res *result) error {
 			defer wg.Done()
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
-				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending}
+				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MemSample: r.memory && i == 0}
+			var env []string
+			if i == 0 && s.MemLimit > 0 {
+				env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", s.MemLimit))
+			}
 			nodes[i], errs[i] = startChild(fmt.Sprintf("n%d", i), "node", cfg,
-				filepath.Join(r.dir, fmt.Sprintf("%s.n%d.log", tag, i)), 60*time.Second)
+				filepath.Join(r.dir, fmt.Sprintf("%s.n%d.log", tag, i)), 60*time.Second, env...)
 		}(i)
 	}
 	wg.Wait()
@@ -228,6 +241,11 @@ func (r *runner) runErr(s scenario, res *result) error {
 				return float64(all[int(math.Min(float64(len(all)-1), q*float64(len(all))))]) / 1e6
 			}
 			res.Lat = &latResult{Count: len(all), P50: ms(0.50), P99: ms(0.99), Max: float64(all[len(all)-1]) / 1e6}
+		}
+	}
+	if r.memory {
+		if err := r.collectMem(nodes[0], tag, res); err != nil {
+			return err
 		}
 	}
 	for _, p := range nodes {
