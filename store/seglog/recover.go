@@ -147,6 +147,7 @@ func (s *Store) apply(id uint32, bodyOff int, body []byte) error {
 		return err
 	}
 	if fr.snap != nil {
+		s.snapSeg = id
 		return s.applySnapshot(fr.snap)
 	}
 	for _, r := range fr.rows {

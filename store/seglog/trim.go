@@ -78,6 +78,7 @@ func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimme
 		return nil, s.broken
 	}
 	s.size += int64(len(s.w.buf))
+	s.snapSeg = s.activeID
 	out := make([]echopubsub.Trimmed, 0, len(cuts))
 	s.mu.Lock()
 	for _, name := range sortedKeys(cuts) {
@@ -168,12 +169,15 @@ func (s *Store) drop(st *stream, name string, first uint64) echopubsub.Trimmed {
 }
 
 // removeSegments deletes the oldest segments that hold no kept row, up
-// to the active one (whose frames include the last snapshot), oldest
-// first, so that the segments left are still a run with no hole
-// (recover). Committer only, or Open.
+// to the one that holds the last snapshot (what a replay of the segments
+// after the removed ones needs: the trimmed streams' bounds, every
+// position), oldest first, so that the segments left are still a run
+// with no hole (recover). A segment after the last snapshot stays even
+// with no row: its frames may hold the only record of a position.
+// Committer only, or Open.
 func (s *Store) removeSegments() error {
 	removed := false
-	for s.firstSeg < s.activeID && s.live[s.firstSeg] <= 0 {
+	for s.firstSeg < s.snapSeg && s.firstSeg < s.activeID && s.live[s.firstSeg] <= 0 {
 		id := s.firstSeg
 		s.mu.Lock()
 		f := s.segs[id]

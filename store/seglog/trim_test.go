@@ -237,3 +237,93 @@ func TestSeglogReadDuringTrim(t *testing.T) {
 	}
 	wantRows(t, s, "a", 1901, 2000)
 }
+
+// TestSeglogOpenKeepsTheLastSnapshot: the segment that holds the last
+// trim's snapshot may hold no kept row once later appends moved to the
+// next segment; Open must not remove it (only a trim, which writes a
+// newer snapshot first, may), else the next Open has no snapshot: a
+// fully trimmed stream's end is forgotten (its cursors handed out again)
+// and a trimmed stream that goes on is "missing rows".
+func TestSeglogOpenKeepsTheLastSnapshot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
+	s := mustOpen(t, dir, opt)
+	fill(t, s, 100, "a", "b")
+	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3, Next: 9}
+	if err := s.AppendAt(ctx(t), nil, pos); err != nil {
+		t.Fatal(err)
+	}
+	// Every row trimmed: the snapshot's segment holds no kept row.
+	if _, err := s.Trim(ctx(t), echopubsub.Retention{MaxBytes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Positions only (a producer's batches of no durable row) fill the
+	// snapshot's segment and the next: no row, so no trim runs a cut.
+	n := len(segs(t, dir))
+	for len(segs(t, dir)) < n+2 {
+		pos.Next++
+		if err := s.AppendAt(ctx(t), nil, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Then b goes on; a does not.
+	more := []echopubsub.Record{rec("b", 101)}
+	if err := s.Append(ctx(t), more); err != nil || more[0].Cursor != 101 {
+		t.Fatalf("append: cursor %d, %v; want 101", more[0].Cursor, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		s = mustOpen(t, dir, opt)
+		wantRows(t, s, "a", 101, 100)
+		wantRows(t, s, "b", 101, 101)
+		if p, ok, err := s.Position(ctx(t), "n2", 1); err != nil || !ok || p != pos {
+			t.Fatalf("open %d: position %+v %v %v, want %+v", i, p, ok, err, pos)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = mustOpen(t, dir, opt)
+	t.Cleanup(func() { _ = s.Close() })
+	more = []echopubsub.Record{rec("a", 101)}
+	if err := s.Append(ctx(t), more); err != nil || more[0].Cursor != 101 {
+		t.Fatalf("append to a fully trimmed stream: cursor %d, %v; want 101", more[0].Cursor, err)
+	}
+}
+
+// TestSeglogOpenKeepsPositionOnlySegments: with no trim ever, a segment
+// of position frames only (a producer's batches with no durable row)
+// holds no row but is the only record of a position: Open must not
+// remove it.
+func TestSeglogOpenKeepsPositionOnlySegments(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
+	s := mustOpen(t, dir, opt)
+	once := core.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
+	if err := s.AppendAt(ctx(t), nil, once); err != nil {
+		t.Fatal(err)
+	}
+	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
+	for len(segs(t, dir)) < 2 {
+		pos.Next++
+		if err := s.AppendAt(ctx(t), nil, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(t, s, 1, "a")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		s = mustOpen(t, dir, opt)
+		if p, ok, err := s.Position(ctx(t), "n3", 2); err != nil || !ok || p != once {
+			t.Fatalf("open %d: position %+v %v %v, want %+v", i, p, ok, err, once)
+		}
+		wantRows(t, s, "a", 1, 1)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
