@@ -38,7 +38,7 @@ type Store struct {
 	// the segments from firstSeg up that hold none (see trim.go).
 	live     map[uint32]int
 	firstSeg uint32
-	snapSeg  uint32 // the segment of the last snapshot frame (0: none)
+	snapSeg  uint32            // the segment of the last snapshot frame (0: none)
 	required map[string]uint64 // recover: each stream's first kept cursor, by its last snapshot
 
 	// mu guards what Read and Position see; the committer changes it
