@@ -327,3 +327,36 @@ func TestSeglogOpenKeepsPositionOnlySegments(t *testing.T) {
 		}
 	}
 }
+
+// TestSeglogSnapshotListsEarlierTrims: a trim that cuts only b still
+// lists a, trimmed before: it removes the segment of a's snapshot, and a
+// reopened log must still know where a ends.
+func TestSeglogSnapshotListsEarlierTrims(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
+	s := mustOpen(t, dir, opt)
+	fill(t, s, 100, "a")
+	if _, err := s.Trim(ctx(t), echopubsub.Retention{MaxBytes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	after := segs(t, dir)
+	snap := after[len(after)-1] // the first trim's snapshot is in it
+	fill(t, s, 300, "b")
+	got, err := s.Trim(ctx(t), echopubsub.Retention{MaxRows: 10})
+	if err != nil || len(got) != 1 || got[0].Stream != "b" {
+		t.Fatalf("Trim MaxRows 10: %+v %v; want b alone", got, err)
+	}
+	if _, err := os.Stat(snap); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the second trim left %s: the test needs it removed (%v)", snap, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir, opt)
+	t.Cleanup(func() { _ = s.Close() })
+	wantRows(t, s, "b", 291, 300)
+	more := []echopubsub.Record{rec("a", 101)}
+	if err := s.Append(ctx(t), more); err != nil || more[0].Cursor != 101 {
+		t.Fatalf("append to a (trimmed whole by the first trim) after reopen: cursor %d, %v; want 101", more[0].Cursor, err)
+	}
+}
