@@ -54,9 +54,12 @@ func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimme
 		return nil, s.broken
 	}
 	cuts := s.cuts(r, now)
-	if len(cuts) == 0 {
+	if len(cuts) == 0 && (s.firstSeg >= s.activeID || s.live[s.firstSeg] > 0) {
 		return nil, nil
 	}
+	// With no row to cut, a snapshot still goes first when the oldest
+	// segment holds no kept row (positions only, or rows an earlier trim
+	// cut): it records every position, so that segment can go.
 	if s.size >= s.segSize {
 		if err := s.rotate(); err != nil {
 			return nil, err

@@ -360,3 +360,40 @@ func TestSeglogSnapshotListsEarlierTrims(t *testing.T) {
 		t.Fatalf("append to a (trimmed whole by the first trim) after reopen: cursor %d, %v; want 101", more[0].Cursor, err)
 	}
 }
+
+// TestSeglogTrimRemovesPositionOnlySegments: segments of position frames
+// only (a producer's batches with no durable row) go at the next trim,
+// though it cuts no row, and the positions stay.
+func TestSeglogTrimRemovesPositionOnlySegments(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
+	s := mustOpen(t, dir, opt)
+	once := core.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
+	if err := s.AppendAt(ctx(t), nil, once); err != nil {
+		t.Fatal(err)
+	}
+	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
+	for len(segs(t, dir)) < 4 {
+		pos.Next++
+		if err := s.AppendAt(ctx(t), nil, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Trim(ctx(t), echopubsub.Retention{MaxRows: 10})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Trim: %+v %v; want nothing trimmed", got, err)
+	}
+	if n := len(segs(t, dir)); n != 1 {
+		t.Fatalf("%d segments after the trim, want the active one alone", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir, opt)
+	t.Cleanup(func() { _ = s.Close() })
+	for _, want := range []core.ProducerPosition{once, pos} {
+		if p, ok, err := s.Position(ctx(t), want.Node, want.Group); err != nil || !ok || p != want {
+			t.Fatalf("position %+v %v %v, want %+v", p, ok, err, want)
+		}
+	}
+}
