@@ -58,9 +58,14 @@
 // that hold no kept row. A segment with one row still kept is kept whole,
 // and so are those after it: size segments (WithSegmentSize) well below
 // what the retention keeps. A crash between the snapshot and the
-// deletions leaves segments that Open deletes. Open checks that every
-// stream holds each row from the first cursor its last snapshot keeps: a
-// segment deleted by hand is an error, not a stream that starts later.
+// deletions leaves segments that Open deletes (only those before the
+// last snapshot's segment: a segment after it may hold the only frame of
+// a producer position; a trim that cuts no row still writes a snapshot
+// to free the oldest segments when they hold no kept row). Open checks
+// that every stream it finds holds each row from the first cursor its
+// last snapshot keeps: a segment deleted by hand is an error when a
+// stream goes on after it, but a stream (or a position) whose every
+// frame was in it is simply not there.
 // Appends wait for a trim as for one commit; it costs them the time to
 // walk the index of each stream (and, for MaxBytes, its kept rows), plus
 // one fdatasync.
