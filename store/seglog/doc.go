@@ -1,8 +1,8 @@
 // Package seglog is an embedded echopubsub.Store built for the durable
 // append: an append-only log of segment files in one directory per node,
-// one fdatasync per group commit, and an in-memory index. It is an
-// alternative to package store/bolt (the default), not a replacement
-// chosen for you.
+// one fdatasync per group commit, and an in-memory index. It is the
+// embedded store this repository recommends and its chat demo uses;
+// store/bolt (its own module) is the alternative.
 //
 //	store, err := seglog.Open("/var/lib/app/streams")
 //	ps, err := echopubsub.Start(system, cfg, echopubsub.WithStore(store),
@@ -80,6 +80,6 @@
 //
 // Compared with store/bolt: one fdatasync per commit instead of two plus
 // page writes (see docs/benchmarks.md for the measured figures); bbolt
-// keeps no index in memory and opens in constant time; bbolt is the
-// default and the one the demo uses.
+// keeps no index in memory and opens in constant time: the better pick
+// for a node that keeps many millions of rows and must start fast.
 package seglog

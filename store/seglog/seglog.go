@@ -200,7 +200,9 @@ func (s *Store) commit(batch []*item) error {
 	}
 	for _, it := range batch {
 		if it.trim != nil {
-			it.trim.out, it.trim.err = s.trim(it.trim.r, it.trim.now)
+			if it.trim.err = it.trim.ctx.Err(); it.trim.err == nil { // its caller is gone: do nothing for it
+				it.trim.out, it.trim.err = s.trim(it.trim.r, it.trim.now)
+			}
 		}
 	}
 	return nil

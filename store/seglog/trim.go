@@ -19,6 +19,7 @@ var _ echopubsub.Trimmer = (*Store)(nil)
 // applies it between two commits, so that it sees a stream's rows as
 // appends leave them, and fills in out and err.
 type trimOp struct {
+	ctx context.Context // ended before the committer reaches it: nothing is done
 	r   echopubsub.Retention
 	now time.Time
 	out []echopubsub.Trimmed
@@ -30,14 +31,17 @@ type trimOp struct {
 // payload length and append time. What it removes is gone from Read at
 // once; on disk, it writes a snapshot frame (each trimmed stream's first
 // kept cursor, every producer position) and fdatasyncs it, then deletes
-// the oldest segments that no longer hold a kept row. A segment that
+// the oldest segments that no longer hold a kept row. It is one step:
+// with ctx ended before the committer reaches it, nothing is removed;
+// once begun it runs to its end (a caller whose ctx ends meanwhile gets
+// ctx's error, not the figures). A segment that
 // still holds one row kept is kept whole: the disk is freed a segment at
 // a time (WithSegmentSize), from the oldest.
 func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.Trimmed, error) {
 	if r == (echopubsub.Retention{}) {
 		return nil, nil
 	}
-	op := &trimOp{r: r, now: time.Now()}
+	op := &trimOp{ctx: ctx, r: r, now: time.Now()}
 	if err := s.commits.Submit(ctx, &item{trim: op}); err != nil {
 		if !errors.Is(err, echopubsub.ErrStoreClosed) && ctx.Err() == nil {
 			err = fmt.Errorf("echopubsub: seglog trim: %w", err)

@@ -397,3 +397,20 @@ func TestSeglogTrimRemovesPositionOnlySegments(t *testing.T) {
 		}
 	}
 }
+
+// TestSeglogTrimWithEndedContextRemovesNothing: a Trim whose caller's
+// context ended before it began removes nothing (the caller was told
+// ctx's error, so nothing it would not hear of happens).
+func TestSeglogTrimWithEndedContextRemovesNothing(t *testing.T) {
+	s := mustOpen(t, filepath.Join(t.TempDir(), "log"))
+	t.Cleanup(func() { _ = s.Close() })
+	fill(t, s, 10, "a")
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got, err := s.Trim(c, echopubsub.Retention{MaxRows: 1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Trim with an ended context: %+v, %v; want context.Canceled", got, err)
+	}
+	// The committer takes the trim before this append (one queue, in order).
+	fill(t, s, 1, "b")
+	wantRows(t, s, "a", 1, 10)
+}
