@@ -110,6 +110,9 @@ type SessionCheck struct {
 	// committed cursor + 1 (the harness's own mistake), anything after
 	// SessionClosed.
 	SilentGaps, TailGaps, Reorders, RedeliveredAfterAck, WrongRows, BadResumes, AfterClose int64
+	// GapRowsJumped: of the silent gaps, the gap rows passed over without
+	// their StreamGap (a notice lost).
+	GapRowsJumped int64
 	// Notices: StreamGap (each covers its gap row), StreamTruncated,
 	// SessionClosed by cause (PUBSUB_STOPPED at the end is not a cause).
 	StreamGaps, Truncated, ClosedWithCause int64
@@ -135,8 +138,8 @@ func (s *SessionCheck) Summary() string {
 	out := fmt.Sprintf("sessions %d (%d resumed WithFrom(committed+1) after their node was killed) for %d owners; "+
 		"%d store rows owed, %d envelopes (%d replayed), %d commits\n",
 		s.Sessions, s.Resumed, s.Owners, s.Rows, s.Envelopes, s.Replayed, s.Commits)
-	out += fmt.Sprintf("silent gaps %d (+ tail %d), reorders/duplicates %d, redelivered after ack %d, wrong rows %d, "+
-		"bad resumes %d, after close %d\n", s.SilentGaps, s.TailGaps, s.Reorders, s.RedeliveredAfterAck, s.WrongRows,
+	out += fmt.Sprintf("silent gaps %d (+ tail %d; gap rows without their StreamGap %d), reorders/duplicates %d, redelivered after ack %d, wrong rows %d, "+
+		"bad resumes %d, after close %d\n", s.SilentGaps, s.TailGaps, s.GapRowsJumped, s.Reorders, s.RedeliveredAfterAck, s.WrongRows,
 		s.BadResumes, s.AfterClose)
 	out += fmt.Sprintf("notices: StreamGap %d, StreamTruncated %d, closed with cause %d; false alarms %d; other notices %v\n",
 		s.StreamGaps, s.Truncated, s.ClosedWithCause, s.FalseAlarms, s.OtherNotices)
@@ -316,7 +319,7 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 				res.violate("%s: row %d after row %d (out of cursor order, or twice)", name, c, pos-1)
 				continue
 			case c > pos:
-				res.SilentGaps += int64(c - pos)
+				res.jumped(rows, pos, c, false)
 				res.violate("%s: rows %d to %d never arrived, no notice (%d of them messages)", name, pos, c-1, gapRows(rows, pos, c))
 			}
 			row, ok := rowAt(rows, c)
@@ -329,7 +332,7 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 			c, _ := strconv.ParseUint(ev[2], 10, 64)
 			res.StreamGaps++
 			if c > pos {
-				res.SilentGaps += int64(c - pos)
+				res.jumped(rows, pos, c, false)
 				res.violate("%s: rows %d to %d never arrived, no notice (%d of them messages), before a StreamGap at %d",
 					name, pos, c-1, gapRows(rows, pos, c), c)
 			} else if c < pos {
@@ -377,7 +380,7 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 		if !r.dead && !(closed && lastIsCause(r)) {
 			owedTo = end
 			if pos < end {
-				res.TailGaps += int64(end - pos)
+				res.jumped(rows, pos, end, true)
 				res.violate("%s: alive at the end, stopped before row %d of %d (%d of the rows it never got are messages; no notice)",
 					name, pos, end-1, gapRows(rows, pos, end))
 			}
@@ -399,8 +402,18 @@ func lastIsCause(r *sessionRun) bool {
 	return false
 }
 
+// jumped counts a silent jump over the rows in [from, to).
+func (s *SessionCheck) jumped(rows []StoreRow, from, to uint64, tail bool) {
+	if tail {
+		s.TailGaps += int64(to - from)
+	} else {
+		s.SilentGaps += int64(to - from)
+	}
+	s.GapRowsJumped += int64(to-from) - gapRows(rows, from, to)
+}
+
 // gapRows counts the rows in [from, to) that are messages (a gap row
-// jumped over is a StreamGap lost: silent too, but not counted here).
+// jumped over is a StreamGap lost: counted in GapRowsJumped).
 func gapRows(rows []StoreRow, from, to uint64) int64 {
 	var n int64
 	for c := from; c < to; c++ {
