@@ -28,7 +28,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-scale bench-durable
+.PHONY: test lint vet tidy deps soak-long soak-plant soak-sessions bench bench-scale bench-durable
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -71,6 +71,13 @@ tidy:
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:
 	nice -n 5 $(ROOT) run ./test/soak -messages 1000000 -slow-subscribers 1
+
+# The session soak behind docs/reliability.md "Sessions under chaos" (as
+# root): sessions on a durable topic, a bolt file per node and then a shared
+# PostgreSQL, 150,000 messages each (make test runs the same at 15,000).
+soak-sessions:
+	cd $(E2E) && uptime && ECHOPUBSUB_SESSION_SOAK_MESSAGES=150000 nice -n 5 $(GO) test -count=1 -v -timeout 90m \
+		-run 'TestSessionSoak$$' ./sessionsoak | grep -v '^        {'
 
 # Every planted defect (internal/plant) must fail a short soak (CI runs two).
 soak-plant:

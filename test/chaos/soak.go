@@ -63,6 +63,9 @@ type SoakOptions struct {
 	// each node after a cold restart) once its new process is up: by
 	// default its late subscribers subscribe and its publishers start.
 	Restart func(c *Cluster, i int) error
+	// Killed, when set, runs right after a kill -9 of node i was confirmed,
+	// while it is down (the session soak's owners fail over to a live node).
+	Killed func(c *Cluster, i int) error
 	// IsolateAtEnd, when > 0, cuts the last node off at its proxy for this
 	// long at the end of the run while the others keep publishing, and
 	// samples the first node's RSS: the memory of a producer whose peer is
@@ -392,6 +395,11 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		if err := confirm(st != nil && st.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL,
 			"the process did not die of SIGKILL (%v)", st); err != nil {
 			return err
+		}
+		if o.Killed != nil {
+			if err := o.Killed(c, a); err != nil {
+				return err
+			}
 		}
 		if err := hold(ctx, c, o.Hold/2, res, a); err != nil {
 			return err

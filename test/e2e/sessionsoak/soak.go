@@ -4,8 +4,10 @@
 // owners, one session each subscribed WithFrom, ack at random; the faults
 // are test/chaos's (kill -9 and restart, proxy cuts, blackholes,
 // partitions, packet loss, SIGSTOP), injected and confirmed by
-// chaos.InjectFault. An owner whose node was killed opens a new session on
-// the restarted node WithFrom(its last committed cursor + 1). After the
+// chaos.InjectFault. An owner whose node was killed opens a new session
+// WithFrom(its last committed cursor + 1): with bolt on the restarted node
+// (its cursors are that node's file's), with the shared PostgreSQL at
+// once on the next live node (a cursor means the same row everywhere). After the
 // run, the stores are read back (the truth) and chaos.CheckSessions checks
 // every session's record against them: the verdict.
 //
@@ -117,7 +119,7 @@ func Build(ctx context.Context, dir string, tags ...string) (node, proxy string,
 type soak struct {
 	o         Options
 	c         *chaos.Cluster
-	owners    [][]string        // per node, its owners' names
+	owners    [][]string        // per node, the owners whose session is there
 	committed map[string]uint64 // owner -> last committed cursor (as of its last session's death)
 	pub       chaos.Command
 }
@@ -184,6 +186,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	s.logf("session soak (%s): %d nodes publishing, %d owners each", o.Store, len(c.Nodes), o.Owners)
 	so := chaos.SoakOptions{Cluster: copt, Hold: o.Hold, Restart: s.restart}
+	if o.Store == StorePostgres {
+		so.Killed = s.failover
+	}
 	fres := &chaos.Result{Confirmed: res.Confirmed}
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
@@ -245,11 +250,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// open opens a session for each owner of node i, WithFrom its committed
-// cursor + 1 (1 at first).
-func (s *soak) open(i int) error {
+// open opens a session on node i for each of owners (default: node i's),
+// WithFrom its committed cursor + 1 (1 at first).
+func (s *soak) open(i int, owners ...string) error {
+	if owners == nil {
+		owners = s.owners[i]
+	}
 	var specs []chaos.OwnerSpec
-	for _, name := range s.owners[i] {
+	for _, name := range owners {
 		specs = append(specs, chaos.OwnerSpec{Name: name, From: s.committed[name] + 1})
 	}
 	_, err := s.c.Call(i, chaos.Command{Op: chaos.OpOpen, Owners: specs})
@@ -262,19 +270,48 @@ func (s *soak) open(i int) error {
 // cursor, and its publishers start again.
 func (s *soak) restart(c *chaos.Cluster, i int) error {
 	nd := c.Nodes[i]
-	dead := filepath.Join(s.o.Dir, fmt.Sprintf("%s#%d.rec", nd.Name, nd.Incarnation-1))
-	got, err := chaos.Committed(dead)
+	if err := s.learnCommitted(fmt.Sprintf("%s#%d.rec", nd.Name, nd.Incarnation-1)); err != nil {
+		return err
+	}
+	if len(s.owners[i]) > 0 {
+		if err := s.open(i); err != nil {
+			return err
+		}
+	}
+	_, err := c.Call(i, s.pub)
+	return err
+}
+
+// learnCommitted reads what the owners committed in a dead process's record.
+func (s *soak) learnCommitted(record string) error {
+	got, err := chaos.Committed(filepath.Join(s.o.Dir, record))
 	if err != nil {
 		return err
 	}
 	for owner, cur := range got {
 		s.committed[owner] = max(s.committed[owner], cur)
 	}
-	if err := s.open(i); err != nil {
+	return nil
+}
+
+// failover (shared store): node i was killed; its owners resume at once on
+// the next node, WithFrom(committed + 1), and stay there.
+func (s *soak) failover(c *chaos.Cluster, i int) error {
+	nd := c.Nodes[i]
+	if err := s.learnCommitted(fmt.Sprintf("%s#%d.rec", nd.Name, nd.Incarnation)); err != nil {
 		return err
 	}
-	_, err = c.Call(i, s.pub)
-	return err
+	moved := s.owners[i]
+	if len(moved) == 0 {
+		return nil
+	}
+	j := (i + 1) % len(c.Nodes)
+	if err := s.open(j, moved...); err != nil {
+		return err
+	}
+	s.owners[i], s.owners[j] = nil, append(s.owners[j], moved...)
+	s.logf("session soak: owners %v of killed %s resumed on %s", moved, nd.Name, c.Nodes[j].Name)
+	return nil
 }
 
 // drain stops the publishers and waits until every owner has every row of

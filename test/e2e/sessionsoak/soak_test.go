@@ -60,7 +60,11 @@ func TestSessionSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak takes minutes; -short skips it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	limit := 12 * time.Minute
+	if os.Getenv("ECHOPUBSUB_SESSION_SOAK_MESSAGES") != "" {
+		limit = 90 * time.Minute // make soak-sessions
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	node, proxy, err := sessionsoak.Build(ctx, t.TempDir())
 	if err != nil {
