@@ -164,7 +164,7 @@ type sessionRun struct {
 	owner, id, store, file string
 	from                   uint64
 	at                     int64
-	dead                   bool // its process was killed: no tail rule
+	dead                   bool // its process was killed, or its owner opened a later session: no tail rule
 	events                 [][]string
 }
 
@@ -174,7 +174,8 @@ type sessionRun struct {
 // arrive in cursor order, as an envelope carrying that row's stamp (a
 // message row) or a StreamGap (a gap row), or be covered by a
 // StreamTruncated; a session alive at the end must have reached its
-// store's end. Per owner, a session opened after another must start at
+// store's end (the tail rule: only an owner's last session, in a process
+// not killed). Per owner, a session opened after another must start at
 // the cursor after the last one committed, and nothing at or below it
 // may arrive again. False alarms are counted (see SessionCheck).
 func CheckSessions(files []SessionFile, stores map[string][]StoreRow) (*SessionCheck, error) {
@@ -248,6 +249,13 @@ func CheckSessions(files []SessionFile, stores map[string][]StoreRow) (*SessionC
 	}
 	// Sessions of one owner in the order they were opened.
 	sort.SliceStable(runs, func(i, j int) bool { return runs[i].at < runs[j].at })
+	last := map[string]*sessionRun{}
+	for _, r := range runs {
+		if prev := last[r.owner]; prev != nil {
+			prev.dead = true // superseded: its owner went on elsewhere
+		}
+		last[r.owner] = r
+	}
 	owners := map[string]uint64{} // owner -> committed cursor so far
 	seen := map[string]bool{}
 	for _, r := range runs {
