@@ -38,7 +38,7 @@ test: deps
 	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
 	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
-	cd $(CURDIR)/$(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	cd $(CURDIR)/$(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
