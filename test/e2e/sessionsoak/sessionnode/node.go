@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math/rand"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -49,7 +47,7 @@ type node struct {
 	outMu sync.Mutex
 
 	mu     sync.Mutex
-	pubs   []*publisher
+	pubs   []*chaos.Publisher
 	owners []*owner
 }
 
@@ -398,97 +396,19 @@ func (o *owner) ack() {
 	}
 }
 
-// publisher broadcasts numbered stamps on the durable topic.
-type publisher struct {
-	name   string
-	from   *actor.PID
-	node   string
-	group  uint32
-	last   atomic.Uint64
-	lastAt atomic.Int64
-	cancel chan struct{}
-	done   chan struct{}
-}
-
-// groupOf is the pool group the library routes a sender's broadcasts
-// through (as chaosnode's).
-func groupOf(from *actor.PID, pool int) uint32 {
-	if pool <= 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(from.Address))
-	_, _ = h.Write([]byte{'/'})
-	_, _ = h.Write([]byte(from.Id))
-	return h.Sum32() % uint32(pool)
-}
-
 func (n *node) startPublisher(rate, pad int) {
 	n.mu.Lock()
-	i := len(n.pubs)
-	p := &publisher{name: fmt.Sprintf("%s#%d/p%d", n.cfg.name, n.cfg.incarnation, i), node: n.ps.NodeName(),
-		from:   actor.NewPID(n.ps.NodeName(), fmt.Sprintf("session-publisher-%d", i)),
-		cancel: make(chan struct{}), done: make(chan struct{})}
-	p.group = groupOf(p.from, n.cfg.pool)
-	n.pubs = append(n.pubs, p)
-	n.mu.Unlock()
-	go n.publish(p, rate, pad)
-}
-
-// publish sends rate stamps a second, numbered 1, 2, 3, ...: a number is
-// used up only when Broadcast accepted it (appended to the store).
-func (n *node) publish(p *publisher, rate, pad int) {
-	defer close(p.done)
-	padding := make([]byte, pad)
-	start := time.Now()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	failures := 0
-	for {
-		select {
-		case <-p.cancel:
-			return
-		case <-t.C:
-		}
-		due := uint64(time.Since(start).Seconds() * float64(rate))
-		for p.last.Load() < due {
-			seq := p.last.Load() + 1
-			at := time.Now().UnixNano()
-			err := n.ps.Broadcast(p.from, chaos.SessionTopic, &testpb.Stamp{Publisher: p.name, Seq: seq, Pad: padding, SentUnixNano: at})
-			if err != nil {
-				failures++
-				if failures == 1 || failures%100 == 0 {
-					n.log.Warn().Err(err).Str("publisher", p.name).Int("failures", failures).Msg("session soak: broadcast refused: retrying")
-				}
-				break
-			}
-			n.rec.Published(p.name, p.node, p.group, seq, at)
-			p.last.Store(seq)
-			p.lastAt.Store(at)
-			select {
-			case <-p.cancel:
-				return
-			default:
-			}
-		}
-	}
+	defer n.mu.Unlock()
+	n.pubs = append(n.pubs, chaos.StartPublisher(n.ps, n.rec, n.log, chaos.SessionTopic, n.cfg.name, n.cfg.incarnation, len(n.pubs),
+		n.cfg.pool, rate, pad))
 }
 
 func (n *node) stopPublishers() {
 	n.mu.Lock()
-	pubs := append([]*publisher(nil), n.pubs...)
+	pubs := append([]*chaos.Publisher(nil), n.pubs...)
 	n.mu.Unlock()
 	for _, p := range pubs {
-		select {
-		case <-p.cancel:
-		default:
-			close(p.cancel)
-		}
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			n.log.Error().Str("publisher", p.name).Msg("session soak: publisher did not stop within 10s")
-		}
+		p.Stop()
 	}
 }
 
@@ -497,7 +417,7 @@ func (n *node) pubInfo() []chaos.PubInfo {
 	defer n.mu.Unlock()
 	var out []chaos.PubInfo
 	for _, p := range n.pubs {
-		out = append(out, chaos.PubInfo{Name: p.name, Node: p.node, Group: p.group, Last: p.last.Load(), LastAt: p.lastAt.Load()})
+		out = append(out, p.Info())
 	}
 	return out
 }
