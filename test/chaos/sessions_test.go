@@ -99,6 +99,13 @@ func TestCheckSessionsRules(t *testing.T) {
 				return r
 			}(),
 			want: func(c *SessionCheck) int64 { return c.FalseAlarms }},
+		{name: "precautionary: a producer restart that lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{clean},
+			rows: func() []StoreRow {
+				r := append([]StoreRow(nil), rows...)
+				r[2].Origin, r[2].Reason = "A", "producer restarted"
+				return r
+			}(),
+			want: func(c *SessionCheck) int64 { return c.Precautionary }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := sessionRecord(t, t.TempDir(), "n0#1.rec", tc.froms, tc.sessions...)
@@ -120,7 +127,7 @@ func TestCheckSessionsRules(t *testing.T) {
 			}
 			// Nothing else: the total of every count is the one wanted.
 			all := res.SilentGaps + res.TailGaps + res.Reorders + res.RedeliveredAfterAck + res.WrongRows + res.BadResumes +
-				res.AfterClose + res.FalseAlarms
+				res.AfterClose + res.FalseAlarms + res.Precautionary
 			// (a lost notice: SilentGaps, of which GapRowsJumped, the same row)
 			if all != got {
 				t.Fatalf("other counts too:\n%s", res.Summary())

@@ -399,7 +399,7 @@ func readAll(ctx context.Context, st echopubsub.Store) ([]chaos.StoreRow, error)
 			return nil, err
 		}
 		for _, r := range recs {
-			row := chaos.StoreRow{Cursor: r.Cursor, Gap: r.Kind == echopubsub.RecordGap, Origin: r.Origin}
+			row := chaos.StoreRow{Cursor: r.Cursor, Gap: r.Kind == echopubsub.RecordGap, Origin: r.Origin, Reason: r.Reason}
 			if !row.Gap {
 				var stamp testpb.Stamp
 				if err := proto.Unmarshal(r.Payload, &stamp); err != nil {
