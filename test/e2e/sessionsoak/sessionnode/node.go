@@ -49,6 +49,7 @@ type node struct {
 	mu     sync.Mutex
 	pubs   []*chaos.Publisher
 	owners []*owner
+	end    uint64 // the store's last cursor at the last sessions command (the command loop's; no retention: it only grows)
 }
 
 func (n *node) emit(ev chaos.Event) {
@@ -223,8 +224,10 @@ func (n *node) sessions() chaos.Event {
 			from = info.Next - 1
 		}
 	}
-	// The store's end: read on from the furthest owner (a shared store
-	// may be far ahead of this node's owners only while they catch up).
+	// The store's end: read on from the furthest owner, or the end seen
+	// last time (a shared store may be far ahead of this node's owners,
+	// or the node may have none).
+	from = max(from, n.end)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
@@ -237,6 +240,7 @@ func (n *node) sessions() chaos.Event {
 			ev.StoreEnd = rows[len(rows)-1].Cursor
 		}
 		if len(rows) < 1000 {
+			n.end = max(n.end, ev.StoreEnd)
 			return ev
 		}
 		from = next
