@@ -21,7 +21,8 @@ PG = store/postgres
 # Packages whose tests run one node per process: race-checked here. Tests
 # with several nodes in one process cannot be (protoactor's remote.Start
 # races on grpclog's global logger); the chaos soak race-checks multi-node
-# runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE).
+# runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE;
+# test/e2e's session soak too).
 RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/... ./internal/session/...
 
 # Each phase says what it does, how long its last run took, and beats every
@@ -38,7 +39,8 @@ test: deps
 	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
 	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
-	cd $(CURDIR)/$(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
+		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.

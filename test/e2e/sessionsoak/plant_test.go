@@ -37,7 +37,7 @@ func TestSessionSoakCatchesPlantedDefects(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	node, proxy, err := sessionsoak.Build(ctx, t.TempDir(), "plantdefect")
+	node, proxy, err := sessionsoak.Build(ctx, t.TempDir(), false, "plantdefect")
 	if err != nil {
 		t.Fatal(err)
 	}

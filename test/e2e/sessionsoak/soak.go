@@ -78,6 +78,8 @@ type Result struct {
 	Confirmed map[string]int
 	Skipped   []string
 	Rows      map[string]int // rows per store at the end
+	// DataRaces reported by nodes built with -race.
+	DataRaces int
 	Check     *chaos.SessionCheck
 }
 
@@ -88,20 +90,27 @@ func (r *Result) Summary() string {
 	if len(r.Skipped) > 0 {
 		s += fmt.Sprintf("SKIPPED (no root or no ip tool): %v\n", r.Skipped)
 	}
+	if r.DataRaces > 0 {
+		s += fmt.Sprintf("DATA RACES reported by the nodes: %d\n", r.DataRaces)
+	}
 	if r.Check != nil {
 		s += r.Check.Summary()
 	}
 	return s
 }
 
-// Build builds the session node and chaosnode (the proxy) into dir.
-func Build(ctx context.Context, dir string, tags ...string) (node, proxy string, err error) {
+// Build builds the session node (with -race if race) and chaosnode (the
+// proxy) into dir.
+func Build(ctx context.Context, dir string, race bool, tags ...string) (node, proxy string, err error) {
 	proxy, err = chaos.BuildNodeTags(ctx, dir, false)
 	if err != nil {
 		return "", "", err
 	}
 	node = filepath.Join(dir, "sessionnode")
 	args := []string{"build", "-o", node}
+	if race {
+		args = append(args, "-race")
+	}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
@@ -210,7 +219,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := s.drain(ctx); err != nil {
 		s.logf("session soak: drain incomplete (the tail check will report it): %v", err)
 	}
-	c.Close()
+	c.Close() // the race detector reports on exit, too; the records are complete
+	res.DataRaces = c.DataRaces()
 	files, err := c.Records()
 	if err != nil {
 		return nil, err

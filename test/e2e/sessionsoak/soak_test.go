@@ -66,7 +66,7 @@ func TestSessionSoak(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	node, proxy, err := sessionsoak.Build(ctx, t.TempDir())
+	node, proxy, err := sessionsoak.Build(ctx, t.TempDir(), os.Getenv("ECHOPUBSUB_CHAOS_RACE") != "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +95,10 @@ func TestSessionSoak(t *testing.T) {
 				if res.Faults[k] != res.Confirmed[k] {
 					t.Errorf("fault %s: %d injected, %d confirmed", k, res.Faults[k], res.Confirmed[k])
 				}
+			}
+			if res.DataRaces > 0 {
+				dumpLogs(t, o.Dir)
+				t.Errorf("the race-built nodes reported %d data races (see the logs above)", res.DataRaces)
 			}
 			ck := res.Check
 			if ck.Failed() {
