@@ -98,7 +98,13 @@ type SessionCheck struct {
 	Resumed  int   // of them, opened WithFrom(committed + 1) after the owner's previous session died
 	Owners   int   // logical consumers
 	Messages int64 // broadcasts recorded (the highest seq per publisher, summed)
-	Rows     int64 // store rows every session had to receive (from its cursor on), each counted once per session
+	// Store rows (all stores) beyond the recorded broadcasts, not judged:
+	// StoreRepeats hold a stamp an earlier row of the same store holds (a
+	// broadcast that failed after its append, retried with the same
+	// number); Unrecorded a number above its publisher's last recorded one
+	// (a node killed between the append and its record line).
+	StoreRepeats, Unrecorded int64
+	Rows                     int64 // store rows every session had to receive (from its cursor on), each counted once per session
 	// Envelopes received, all sessions, and of them Replayed (read from
 	// the store by a catch-up or a hole).
 	Envelopes, Replayed int64
@@ -143,6 +149,8 @@ func (s *SessionCheck) Summary() string {
 	out := fmt.Sprintf("sessions %d (%d resumed WithFrom(committed+1) after their node was killed) for %d owners; "+
 		"%d store rows owed, %d envelopes (%d replayed), %d commits\n",
 		s.Sessions, s.Resumed, s.Owners, s.Rows, s.Envelopes, s.Replayed, s.Commits)
+	out += fmt.Sprintf("store rows beyond the recorded broadcasts: %d repeating a stamp, %d not recorded\n",
+		s.StoreRepeats, s.Unrecorded)
 	out += fmt.Sprintf("silent gaps %d (+ tail %d; gap rows without their StreamGap %d), reorders/duplicates %d, redelivered after ack %d, wrong rows %d, "+
 		"bad resumes %d, after close %d\n", s.SilentGaps, s.TailGaps, s.GapRowsJumped, s.Reorders, s.RedeliveredAfterAck, s.WrongRows,
 		s.BadResumes, s.AfterClose)
@@ -234,9 +242,18 @@ func CheckSessions(files []SessionFile, stores map[string][]StoreRow) (*SessionC
 	real := gapJudge{pubNode: pubNode, pubLast: pubLast, stores: map[string]map[string][]pubRow{}}
 	for name, rows := range stores {
 		byPub := map[string][]pubRow{}
+		held := map[[2]interface{}]bool{}
 		for _, r := range rows {
 			if !r.Gap {
 				byPub[r.Publisher] = append(byPub[r.Publisher], pubRow{r.Cursor, r.Seq})
+				if key := [2]interface{}{r.Publisher, r.Seq}; held[key] {
+					res.StoreRepeats++
+				} else {
+					held[key] = true
+				}
+				if r.Seq > pubLast[r.Publisher] {
+					res.Unrecorded++
+				}
 			}
 		}
 		real.stores[name] = byPub
