@@ -21,14 +21,15 @@ PG = store/postgres
 # Packages whose tests run one node per process: race-checked here. Tests
 # with several nodes in one process cannot be (protoactor's remote.Start
 # races on grpclog's global logger); the chaos soak race-checks multi-node
-# runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE).
+# runs instead, with each node a race-built process (ECHOPUBSUB_CHAOS_RACE;
+# test/e2e's session soak too).
 RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actors/... ./internal/session/...
 
 # Each phase says what it does, how long its last run took, and beats every
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant bench bench-memory bench-scale bench-durable
+.PHONY: test lint vet tidy deps soak-long soak-plant soak-sessions bench bench-memory bench-scale bench-durable
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -38,7 +39,8 @@ test: deps
 	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
 	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
-	cd $(CURDIR)/$(E2E) && $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness)" $(GO) test -count=1 -p 1 -timeout 15m ./... && \
+	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
+		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
@@ -71,6 +73,13 @@ tidy:
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:
 	nice -n 5 $(ROOT) run ./test/soak -messages 1000000 -slow-subscribers 1
+
+# The session soak behind docs/reliability.md "Sessions under chaos" (as
+# root): sessions on a durable topic, a bolt file per node and then a shared
+# PostgreSQL, 150,000 messages each (make test runs the same at 15,000).
+soak-sessions:
+	cd $(E2E) && uptime && ECHOPUBSUB_SESSION_SOAK_MESSAGES=150000 nice -n 5 $(GO) test -count=1 -v -timeout 90m \
+		-run 'TestSessionSoak$$' ./sessionsoak
 
 # Every planted defect (internal/plant) must fail a short soak (CI runs two).
 soak-plant:

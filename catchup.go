@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/internal/session"
 )
 
@@ -121,7 +122,7 @@ func (a *sessionActor) following(topic string, spec subSpec) *follow {
 	}
 	if f == nil && spec.catchUp {
 		// spec.from was checked by SessionSubscribe.
-		f = &follow{topic: topic, gen: spec.gen, context: spec.context, next: max(spec.from, 1), reading: true}
+		f = &follow{topic: topic, gen: spec.gen, context: spec.context, next: plant.ResumeFrom(max(spec.from, 1)), reading: true}
 		a.follows[topic] = f
 		a.pump()
 	}
@@ -303,9 +304,15 @@ func (a *sessionActor) step() {
 		r := &rows[i]
 		f.next = r.Cursor + 1
 		if r.Kind == RecordGap {
+			if plant.DropGapNotice() {
+				continue
+			}
 			a.hand(&caught{f: f, row: true, cursor: r.Cursor, notice: &StreamGap{SessionID: a.s.ID(), Stream: f.topic, Cursor: r.Cursor,
 				Node: r.Origin, Missed: r.Missed, Reason: r.Reason}})
 		} else {
+			if plant.SkipCatchUpRow() {
+				continue
+			}
 			env := a.ps.replayEnvelope(a.s.ID(), f.topic, a.rec.format, r)
 			env.Context = f.context
 			a.hand(&caught{f: f, row: true, cursor: r.Cursor, env: env})

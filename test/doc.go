@@ -30,5 +30,8 @@
 //     test/e2e module (chromedp, NATS stay out of the library's go.mod).
 //   - Soak and chaos tests of real processes: test/chaos (short soaks in
 //     go test, planted defects) and test/soak (the long run, make
-//     soak-long).
+//     soak-long); sessions on a durable topic with store/bolt or
+//     store/postgres: test/e2e/sessionsoak (the backends stay out of the
+//     root module; it reuses test/chaos's cluster, faults, record and
+//     session checker; make soak-sessions for the long run).
 package test

@@ -18,6 +18,14 @@
 //	                  to see the soak stay clean
 //	ack_first         a worker marks an entry delivered (what it acknowledges) before
 //	                  delivering it, with the crash hook in between
+//
+// Session defects (caught by test/e2e's session soak, not in All):
+//
+//	catchup_skip      a WithFrom catch-up skips one message row in CatchUpSkipEvery
+//	                  that it read from the store
+//	resume_redeliver  a WithFrom(c) subscription with c > 1 starts at c-1: the row
+//	                  the owner acknowledged last is delivered again
+//	gap_notice_lost   a catch-up passes over a gap row without its *StreamGap
 package plant
 
 // Env is the environment variable that chooses the defect.
@@ -30,7 +38,14 @@ const (
 	WorkerSkip       = "worker_skip"
 	ProducerAdvance  = "producer_advance"
 	AckBeforeDeliver = "ack_first"
+
+	CatchUpSkip     = "catchup_skip"
+	ResumeRedeliver = "resume_redeliver"
+	GapNoticeLost   = "gap_notice_lost"
 )
+
+// Sessions lists the session defects the session soak must catch.
+var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost}
 
 // All lists every defect the soak must catch (see producer_advance above).
 var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver}
@@ -40,4 +55,5 @@ const (
 	LocalDropEvery     = 2000
 	LossAfterResumedAt = 10
 	WorkerSkipEvery    = 2000
+	CatchUpSkipEvery   = 100
 )

@@ -32,3 +32,13 @@ type DeliveredHook interface {
 // AckFirst lets a worker record entry c as delivered (*expected = c+1) and
 // run the hook before it delivers it (planted), as if the ack went out first.
 func AckFirst[H DeliveredHook](expected *uint64, c uint64, hook H, from string) {}
+
+// SkipCatchUpRow reports whether a catch-up skips this message row.
+func SkipCatchUpRow() bool { return false }
+
+// ResumeFrom is the cursor a WithFrom(from) catch-up starts at (planted:
+// one below).
+func ResumeFrom(from uint64) uint64 { return from }
+
+// DropGapNotice reports whether a catch-up passes over a gap row silently.
+func DropGapNotice() bool { return false }

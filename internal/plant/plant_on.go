@@ -87,3 +87,18 @@ func AckFirst[H DeliveredHook](expected *uint64, c uint64, hook H, from string) 
 	*expected = c + 1
 	hook.Delivered(from, c) // may panic: the crash hook
 }
+
+// SkipCatchUpRow reports whether a catch-up skips this message row.
+func SkipCatchUpRow() bool { return defect == CatchUpSkip && every(CatchUpSkipEvery) }
+
+// ResumeFrom is the cursor a WithFrom(from) catch-up starts at (planted:
+// one below).
+func ResumeFrom(from uint64) uint64 {
+	if defect == ResumeRedeliver && from > 1 {
+		return from - 1
+	}
+	return from
+}
+
+// DropGapNotice reports whether a catch-up passes over a gap row silently.
+func DropGapNotice() bool { return defect == GapNoticeLost }

@@ -10,7 +10,8 @@ func TestNormalBuildPlantsNothing(t *testing.T) {
 	t.Setenv(Env, WorkerSkip)
 	var expected uint64 = 7
 	AckFirst[DeliveredHook](&expected, 7, nil, "n")
-	if DropLocal(true) || DropAfterResumed("s") || SkipEntry() || Advance(1, 9) != 1 || expected != 7 {
+	if DropLocal(true) || DropAfterResumed("s") || SkipEntry() || Advance(1, 9) != 1 || expected != 7 ||
+		SkipCatchUpRow() || ResumeFrom(5) != 5 || DropGapNotice() {
 		t.Fatal("a normal build planted a defect")
 	}
 }

@@ -20,8 +20,15 @@ import (
 // ClusterOptions configure a chaos cluster.
 type ClusterOptions struct {
 	Binary string // chaosnode, from BuildNode
-	Dir    string // logs: one file per process
-	Nodes  int
+	// ProxyBinary runs the proxy (chaosnode -proxy); defaults to Binary.
+	// A node binary of another module (test/e2e's session soak) takes the
+	// chaos flags and protocol but leaves the proxy to chaosnode.
+	ProxyBinary string
+	// NodeArgs, when set, adds flags to each node process's command line
+	// (the same on every incarnation of the slot).
+	NodeArgs func(nd *NodeProc) []string
+	Dir      string // logs: one file per process
+	Nodes    int
 	// Netns puts every node in its own network namespace, linked by veth to
 	// a bridge in a hub namespace where the proxy runs. Needs root; enables
 	// partitions and packet loss (iptables inside the node namespaces).
@@ -97,7 +104,11 @@ func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
 		}
 		proxyArgv = []string{"ip", "netns", "exec", c.hubNS}
 	}
-	c.proxy, _, err = StartProc("proxy", append(proxyArgv, opt.Binary, "-proxy"), filepath.Join(opt.Dir, "proxy.log"), nil)
+	proxyBin := opt.ProxyBinary
+	if proxyBin == "" {
+		proxyBin = opt.Binary
+	}
+	c.proxy, _, err = StartProc("proxy", append(proxyArgv, proxyBin, "-proxy"), filepath.Join(opt.Dir, "proxy.log"), nil)
 	if err != nil {
 		return c, err
 	}
@@ -192,6 +203,9 @@ func (c *Cluster) startNode(nd *NodeProc) error {
 		"-retry", o.Retry.String(), "-log-level", o.LogLevel)
 	key := fmt.Sprintf("%s#%d", nd.Name, nd.Incarnation)
 	argv = append(argv, "-record", filepath.Join(o.Dir, key+".rec"))
+	if o.NodeArgs != nil {
+		argv = append(argv, o.NodeArgs(nd)...)
+	}
 	p, _, err := StartProc(key, argv, filepath.Join(o.Dir, nd.Name+".log"), func(p *Proc, ev Event) { c.event(nd.Name, p.Name(), ev) })
 	if err != nil {
 		return err

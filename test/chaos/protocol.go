@@ -24,6 +24,9 @@ import (
 // Topic is the one topic the chaos nodes publish and subscribe on.
 const Topic = "chaos"
 
+// SessionTopic is the durable topic of the session soak (test/e2e).
+const SessionTopic = "sessions"
+
 // StatusEvery is how often a node reports its status unasked.
 const StatusEvery = 500 * time.Millisecond
 
@@ -46,6 +49,8 @@ type Command struct {
 	What string `json:"what,omitempty"`
 	// behind, finish: what each publisher sent.
 	Sent []PubInfo `json:"sent,omitempty"`
+	// open (session nodes): one session per owner, WithFrom(From).
+	Owners []OwnerSpec `json:"owners,omitempty"`
 	// proxy route/mode.
 	Listen    string `json:"listen,omitempty"`
 	Target    string `json:"target,omitempty"`
@@ -65,6 +70,11 @@ const (
 	// OpSkip makes every publisher of the node skip one sequence number: a
 	// gap of the test's own making, to prove the harness reports one.
 	OpSkip = "skip"
+	// Session node ops (test/e2e's session soak): OpOpen opens a session
+	// per Command.Owners; OpSessions reports them (Event.Owners) and the
+	// store's end (Event.StoreEnd).
+	OpOpen     = "open"
+	OpSessions = "sessions"
 	// Proxy ops.
 	OpRoute    = "route"
 	OpMode     = "mode"
@@ -98,6 +108,24 @@ type PubInfo struct {
 	LastAt int64 `json:"last_at,omitempty"`
 }
 
+// OwnerSpec is one session to open: its owner (a logical consumer, the
+// same name on every session it opens) and its WithFrom cursor.
+type OwnerSpec struct {
+	Name string `json:"name"`
+	From uint64 `json:"from"`
+}
+
+// OwnerInfo is one owner's session as its node sees it.
+type OwnerInfo struct {
+	Name    string `json:"name"`
+	Session string `json:"session"`
+	// Next is the cursor after the last row it was handed (an envelope or
+	// a StreamGap); Pending its unacknowledged deliveries.
+	Next    uint64 `json:"next"`
+	Pending int    `json:"pending"`
+	Closed  bool   `json:"closed,omitempty"`
+}
+
 // Event is one line a node or proxy writes.
 type Event struct {
 	Ev  string `json:"ev"` // ready, reply, status, violation
@@ -120,6 +148,9 @@ type Event struct {
 	Behind int `json:"behind,omitempty"`
 	// violation.
 	Violation *test.Violation `json:"violation,omitempty"`
+	// sessions: the node's owners and its store's last cursor.
+	Owners   []OwnerInfo `json:"owners,omitempty"`
+	StoreEnd uint64      `json:"store_end,omitempty"`
 	// counters (proxy).
 	Counters *ProxyCounters `json:"counters,omitempty"`
 }

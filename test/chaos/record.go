@@ -329,7 +329,8 @@ func nodeOf(sub string) string {
 }
 
 // minFields is the number of fields each kind of line has at least.
-var minFields = map[string]int{"n": 3, "p": 5, "s": 3, "S": 3, "B": 4, "D": 9, "E": 5, "X": 3, "U": 3, "O": 3, "W": 3}
+var minFields = map[string]int{"n": 3, "p": 5, "s": 3, "S": 3, "B": 4, "D": 9, "E": 5, "X": 3, "U": 3, "O": 3, "W": 3,
+	"o": 6, "e": 6, "g": 4, "t": 4, "c": 3, "k": 3, "x": 3} // the lower-case kinds: sessions.go
 
 // scan calls fn with the fields of every complete line of path. A last
 // line without its newline (a kill -9 in the middle of a write) is counted

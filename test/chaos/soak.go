@@ -59,6 +59,13 @@ type SoakOptions struct {
 	Settle time.Duration
 	Drain  time.Duration // how long the end may take to catch up
 	Seed   int64
+	// Restart, when set, replaces what a node does after a kill -9 (and
+	// each node after a cold restart) once its new process is up: by
+	// default its late subscribers subscribe and its publishers start.
+	Restart func(c *Cluster, i int) error
+	// Killed, when set, runs right after a kill -9 of node i was confirmed,
+	// while it is down (the session soak's owners fail over to a live node).
+	Killed func(c *Cluster, i int) error
 	// IsolateAtEnd, when > 0, cuts the last node off at its proxy for this
 	// long at the end of the run while the others keep publishing, and
 	// samples the first node's RSS: the memory of a producer whose peer is
@@ -389,10 +396,15 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 			"the process did not die of SIGKILL (%v)", st); err != nil {
 			return err
 		}
+		if o.Killed != nil {
+			if err := o.Killed(c, a); err != nil {
+				return err
+			}
+		}
 		if err := hold(ctx, c, o.Hold/2, res, a); err != nil {
 			return err
 		}
-		return c.Restart(a, func() error { return subscribe(c, a, o, true) }, pub)
+		return restart(c, a, o, pub)
 	case FaultColdRestart:
 		for i := range c.Nodes {
 			if err := c.Kill(i); err != nil {
@@ -410,7 +422,7 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 		// while the others are still starting.
 		errs := make(chan error, len(c.Nodes))
 		for i := range c.Nodes {
-			go func(i int) { errs <- c.Restart(i, func() error { return subscribe(c, i, o, true) }, pub) }(i)
+			go func(i int) { errs <- restart(c, i, o, pub) }(i)
 		}
 		var err error
 		for range c.Nodes {
@@ -460,6 +472,29 @@ func runFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, ki
 	}
 	return errors.New("unknown fault kind")
 }
+
+// restart starts node i's next process and what runs on it
+// (SoakOptions.Restart, or late subscribers and pub).
+func restart(c *Cluster, i int, o SoakOptions, pub Command) error {
+	if o.Restart != nil {
+		return c.Restart(i, func() error { return o.Restart(c, i) }, Command{})
+	}
+	return c.Restart(i, func() error { return subscribe(c, i, o, true) }, pub)
+}
+
+// InjectFault injects one fault of kind into c, holds it for o.Hold,
+// heals it, and confirms its effect by an observation independent of the
+// command that made it (an error when it cannot be confirmed); res counts
+// what was confirmed and samples RSS. pub is what a restarted node
+// publishes when o.Restart is nil. RunSoak injects its faults with it; a
+// soak of another module (test/e2e's session soak) drives its own
+// cluster and workload and injects the same faults the same way.
+func InjectFault(ctx context.Context, c *Cluster, o SoakOptions, rng *rand.Rand, kind string, res *Result, pub Command) error {
+	return runFault(ctx, c, o, rng, kind, res, pub)
+}
+
+// NeedsNetns reports whether fault kind needs network namespaces (root).
+func NeedsNetns(kind string) bool { return needsNetns(kind) }
 
 func crashes(ev Event, what string) int64 {
 	if what == "producer" {

@@ -39,6 +39,13 @@ func (s *Server) DSN() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
 }
 
+// SocketDSN is DSN through the server's Unix socket (in its temporary
+// directory): it reaches the server from another network namespace of this
+// machine, where 127.0.0.1 is that namespace's own loopback.
+func (s *Server) SocketDSN() string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", s.dir, s.Port)
+}
+
 // Available reports whether initdb can be found (tests skip otherwise only
 // when the caller decides so: CI installs it, see .ci/deps).
 func Available() bool { _, err := binDir(); return err == nil }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net"
 	"os"
@@ -27,7 +26,6 @@ import (
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/chaos"
-	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
 type nodeFlags struct {
@@ -71,18 +69,6 @@ func (h *crashHook) Delivered(from string, cursor uint64) {
 
 func (h *crashHook) Acked(string, proto.Message) {}
 
-type publisher struct {
-	name   string
-	from   *actor.PID
-	last   atomic.Uint64
-	lastAt atomic.Int64 // when last was broadcast, unix ns
-	node   string
-	group  uint32
-	skip   atomic.Bool // skip the next sequence number (OpSkip)
-	cancel chan struct{}
-	done   chan struct{}
-}
-
 type node struct {
 	cfg    nodeFlags
 	ps     *echopubsub.PubSub
@@ -96,7 +82,7 @@ type node struct {
 	outMu sync.Mutex
 
 	mu   sync.Mutex
-	pubs []*publisher
+	pubs []*chaos.Publisher
 	subs int
 }
 
@@ -243,7 +229,7 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 	case chaos.OpSkip:
 		n.mu.Lock()
 		for _, p := range n.pubs {
-			p.skip.Store(true)
+			p.Skip()
 		}
 		n.mu.Unlock()
 		return chaos.Event{}
@@ -300,91 +286,19 @@ func (n *node) subscribe(late bool, bound int, slow time.Duration) error {
 	return nil
 }
 
-// groupOf is the pool group the library routes a sender's broadcasts
-// through (core.Runtime.Group), so a publisher nobody heard from still
-// has its producer stream.
-func groupOf(from *actor.PID, pool int) uint32 {
-	if pool <= 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(from.Address))
-	_, _ = h.Write([]byte{'/'})
-	_, _ = h.Write([]byte(from.Id))
-	return h.Sum32() % uint32(pool)
-}
-
 func (n *node) startPublisher(rate, pad int) {
 	n.mu.Lock()
-	i := len(n.pubs)
-	p := &publisher{name: fmt.Sprintf("%s#%d/p%d", n.cfg.name, n.cfg.incarnation, i), node: n.ps.NodeName(),
-		from:   actor.NewPID(n.ps.NodeName(), fmt.Sprintf("chaos-publisher-%d", i)),
-		cancel: make(chan struct{}), done: make(chan struct{})}
-	p.group = groupOf(p.from, n.cfg.pool)
-	n.pubs = append(n.pubs, p)
-	n.mu.Unlock()
-	go n.publish(p, rate, pad)
-}
-
-// publish sends rate stamps a second, numbered 1, 2, 3, ...: a number is
-// used up only when Broadcast accepted it, so a refused broadcast (ErrBusy)
-// is retried, never a gap of the publisher's own making.
-func (n *node) publish(p *publisher, rate, pad int) {
-	defer close(p.done)
-	padding := make([]byte, pad)
-	start := time.Now()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	failures := 0
-	for {
-		select {
-		case <-p.cancel:
-			return
-		case <-t.C:
-		}
-		due := uint64(time.Since(start).Seconds() * float64(rate))
-		for p.last.Load() < due {
-			seq := p.last.Load() + 1
-			if p.skip.CompareAndSwap(true, false) {
-				p.last.Store(seq) // never sent: a planted gap
-				seq++
-			}
-			at := time.Now().UnixNano()
-			err := n.ps.Broadcast(p.from, chaos.Topic, &testpb.Stamp{Publisher: p.name, Seq: seq, Pad: padding, SentUnixNano: at})
-			if err != nil {
-				failures++
-				if failures == 1 || failures%100 == 0 {
-					n.log.Warn().Err(err).Str("publisher", p.name).Int("failures", failures).Msg("chaos: broadcast refused: retrying")
-				}
-				break
-			}
-			n.rec.Published(p.name, p.node, p.group, seq, at)
-			p.last.Store(seq)
-			p.lastAt.Store(at)
-			select {
-			case <-p.cancel:
-				return
-			default:
-			}
-		}
-	}
+	defer n.mu.Unlock()
+	n.pubs = append(n.pubs, chaos.StartPublisher(n.ps, n.rec, n.log, chaos.Topic, n.cfg.name, n.cfg.incarnation, len(n.pubs),
+		n.cfg.pool, rate, pad))
 }
 
 func (n *node) stopPublishers() {
 	n.mu.Lock()
-	pubs := append([]*publisher(nil), n.pubs...)
+	pubs := append([]*chaos.Publisher(nil), n.pubs...)
 	n.mu.Unlock()
 	for _, p := range pubs {
-		select {
-		case <-p.cancel:
-		default:
-			close(p.cancel)
-		}
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			n.log.Error().Str("publisher", p.name).Msg("chaos: publisher did not stop within 10s")
-		}
+		p.Stop()
 	}
 }
 
@@ -393,7 +307,7 @@ func (n *node) pubInfo() []chaos.PubInfo {
 	defer n.mu.Unlock()
 	var out []chaos.PubInfo
 	for _, p := range n.pubs {
-		out = append(out, chaos.PubInfo{Name: p.name, Node: p.node, Group: p.group, Last: p.last.Load(), LastAt: p.lastAt.Load()})
+		out = append(out, p.Info())
 	}
 	return out
 }
