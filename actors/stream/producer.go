@@ -203,7 +203,7 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 func (p *producer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *core.WritesReady:
-		p.takeWrites(ctx)
+		p.takeMore(ctx)
 	case *flushTick:
 		p.timer = false
 		p.flushAll(ctx)
@@ -232,7 +232,8 @@ func (p *producer) Receive(ctx actor.Context) {
 		if m.Budget > 0 {
 			p.drainDue = p.sched.SendOnce(m.Budget, ctx.Self(), &drainDue{})
 		}
-		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
+		for p.takeWrites(ctx) { // Stop closed the queue to new writes before sending Drain: take them all
+		}
 		p.flushAll(ctx)
 		p.checkDrain(ctx)
 	case *drainDue:
@@ -262,7 +263,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		// sent while no producer was registered was a dead letter; the
 		// queue's notified flag would stay set and no WritesReady be sent
 		// again.
-		p.takeWrites(ctx)
+		p.takeMore(ctx)
 	case *actor.Restarting, *actor.Stopping:
 		p.dead = true
 		p.stopTimers()
@@ -305,21 +306,34 @@ func (p *producer) stopTimers() {
 	}
 }
 
-// takeWrites handles every write queued since the last take, in order,
-// and sends at once each node's full batches (see full): BatchInterval
-// holds back only a part batch.
-func (p *producer) takeWrites(ctx actor.Context) {
-	p.taken = p.queue.Take(p.taken)
+// takeWrites handles the writes queued since the last take, in order, up
+// to one batch's worth (MaxBatchMessages), and sends at once each node's
+// full batches (see full): BatchInterval holds back only a part batch. It
+// reports whether writes are left (see takeMore).
+func (p *producer) takeWrites(ctx actor.Context) (more bool) {
+	p.taken, more = p.queue.Take(p.taken, p.cfg.MaxBatchMessages)
 	for _, w := range p.taken {
 		p.write(ctx, w)
 	}
 	if len(p.taken) == 0 {
-		return
+		return more
 	}
 	for _, pe := range p.peers {
 		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && pe.flight < p.window(pe) && p.full(pe) {
 			p.service(ctx, pe)
 		}
+	}
+	return more
+}
+
+// takeMore takes a batch's worth of writes and, if more are queued, has
+// the rest taken after what is in the mailbox now: a take of everything
+// (up to MaxPendingWrites) kept the producer from the acks queued behind
+// it, so the window stayed full while the receivers, done with their
+// batches, had nothing to do.
+func (p *producer) takeMore(ctx actor.Context) {
+	if p.takeWrites(ctx) {
+		ctx.Send(ctx.Self(), &core.WritesReady{}) // the queue stays notified: no publisher sends one
 	}
 }
 
