@@ -1,6 +1,7 @@
 package echopubsub_test
 
 import (
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -23,8 +25,11 @@ import (
 // the sub-benchmarks interleave: raw, 0s, 100ms, raw, ...). cpu-bound-% is
 // msg/s over the bound the machine's cores put on it at this run's CPU per
 // message (NumCPU / cpu-s per msg): below 100, the pipeline waited while a
-// core was idle (or the machine was busy with other work: see the load).
-// (The multi-process harness is test/e2e/bench.)
+// core was idle, or the machine's other work had the cores: runq-wait-% is
+// the time this process's threads were runnable but waiting for a core, in
+// the same units (100 = both cores' worth of the run's wall time). What
+// neither ran nor waited for a core is the pipeline's own waiting. (The
+// multi-process harness is test/e2e/bench.)
 func BenchmarkThroughput3Nodes(b *testing.B) {
 	var raw float64 // msg/s of the last raw run
 	b.Run("raw", func(b *testing.B) {
@@ -111,7 +116,7 @@ func BenchmarkThroughput3Nodes(b *testing.B) {
 func measure(b *testing.B, send func(i int) error, received func(n int64) bool) float64 {
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0, runq0 := processCPU(), proc.RunQueueWait(os.Getpid())
 	const publishers = 4
 	done := make(chan error, publishers)
 	for p := 0; p < publishers; p++ {
@@ -136,9 +141,11 @@ func measure(b *testing.B, send func(i int) error, received func(n int64) bool) 
 	// CPU time (user+sys of the whole process: the three nodes) per
 	// message: on a shared machine a steadier figure than wall time.
 	cpu := float64(processCPU()-cpu0) / float64(b.N)
+	cores := float64(runtime.NumCPU()) * b.Elapsed().Seconds()
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(cpu, "cpu-ns/msg")
 	b.ReportMetric(100*rate*cpu/(float64(runtime.NumCPU())*1e9), "cpu-bound-%")
+	b.ReportMetric(100*(proc.RunQueueWait(os.Getpid())-runq0).Seconds()/cores, "runq-wait-%")
 	return rate
 }
 

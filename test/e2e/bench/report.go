@@ -426,12 +426,17 @@ func (rp *report) markdown() string {
 
 	w("## CPU per delivered message\n\nuser+sys CPU of every process of the scenario (its nodes, and for NATS the server) over the counted repetitions, divided by the deliveries (N x nodes x repetitions), in microseconds. ")
 	w("The machine's %d cores bound throughput at %d / (this x nodes) messages per second: the CPU-bound limit. ", rp.NumCPU, rp.NumCPU)
-	w("\"Of the limit\" is the measured msg/s over it: the share of the cores the scenario kept busy. Below 100 %%, the scenario waited while a core was idle, or other work on the machine had the cores (see the load average).\n\n")
-	w("| scenario | us per delivery | CPU-bound limit, msg/s | msg/s | of the limit |\n|---|---:|---:|---:|---:|\n")
+	w("\"Of the limit\" is the measured msg/s over it: the share of the cores the scenario kept busy. Below 100 %%, the scenario waited while a core was idle, or other work on the machine had the cores: ")
+	w("\"waiting for a core\" is the time the scenario's threads were runnable but not running (`/proc/<pid>/task/*/schedstat`), in the same units. What is left of 100 %% is the pipeline's own waiting, with a core free.\n\n")
+	w("| scenario | us per delivery | CPU-bound limit, msg/s | msg/s | of the limit | waiting for a core |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rp.throughput() {
 		if r.CPUNsPerDelivery > 0 {
 			limit := rp.cpuBound(r)
-			w("| %s | %.2f | %s | %s | %.0f %% |\n", r.label(), r.CPUNsPerDelivery/1000, commas(limit), r.cell(), 100*r.MsgPerSec/limit)
+			runq := ""
+			if r.RunQueueNsPerDelivery > 0 {
+				runq = fmt.Sprintf("%.0f %%", 100*r.MsgPerSec*r.RunQueueNsPerDelivery*float64(r.Nodes)/(float64(rp.NumCPU)*1e9))
+			}
+			w("| %s | %.2f | %s | %s | %.0f %% | %s |\n", r.label(), r.CPUNsPerDelivery/1000, commas(limit), r.cell(), 100*r.MsgPerSec/limit, runq)
 		}
 	}
 	w("\n")
