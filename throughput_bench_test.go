@@ -27,9 +27,10 @@ import (
 // message (NumCPU / cpu-s per msg): below 100, the pipeline waited while a
 // core was idle, or the machine's other work had the cores: runq-wait-% is
 // the time this process's threads were runnable but waiting for a core, in
-// the same units (100 = both cores' worth of the run's wall time). What
-// neither ran nor waited for a core is the pipeline's own waiting. (The
-// multi-process harness is test/e2e/bench.)
+// the same units (100 = all cores' worth of the run's wall time; summed
+// over threads, it can pass 100). Near 0, a run below 100 cpu-bound-%
+// waited in its own pipeline with a core free. (The multi-process harness
+// is test/e2e/bench.)
 func BenchmarkThroughput3Nodes(b *testing.B) {
 	var raw float64 // msg/s of the last raw run
 	b.Run("raw", func(b *testing.B) {

@@ -427,7 +427,7 @@ func (rp *report) markdown() string {
 	w("## CPU per delivered message\n\nuser+sys CPU of every process of the scenario (its nodes, and for NATS the server) over the counted repetitions, divided by the deliveries (N x nodes x repetitions), in microseconds. ")
 	w("The machine's %d cores bound throughput at %d / (this x nodes) messages per second: the CPU-bound limit. ", rp.NumCPU, rp.NumCPU)
 	w("\"Of the limit\" is the measured msg/s over it: the share of the cores the scenario kept busy. Below 100 %%, the scenario waited while a core was idle, or other work on the machine had the cores: ")
-	w("\"waiting for a core\" is the time the scenario's threads were runnable but not running (`/proc/<pid>/task/*/schedstat`), in the same units. What is left of 100 %% is the pipeline's own waiting, with a core free.\n\n")
+	w("\"waiting for a core\" is the time the scenario's threads were runnable but not running (`/proc/<pid>/task/*/schedstat`, summed over threads, so it can pass 100 %%), in the same units: the cores were taken, by other work on the machine or by the scenario's own processes (each runs up to NumCPU threads of Go code). Near 0, a run below its limit waited in its own pipeline with a core free.\n\n")
 	w("| scenario | us per delivery | CPU-bound limit, msg/s | msg/s | of the limit | waiting for a core |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rp.throughput() {
 		if r.CPUNsPerDelivery > 0 {
