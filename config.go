@@ -29,8 +29,10 @@ type Config struct {
 	// goes as soon as the node's window (MaxBatchesInFlight) has room,
 	// whatever the interval. A part batch goes at the next flush, every
 	// BatchInterval, or, while a batch is in flight to that node, when the
-	// last one is acknowledged. 0 flushes as soon as a node has no batch in
-	// flight, coalescing what arrives meanwhile. Defaults to 200ms.
+	// last one is acknowledged. 0 sends a part batch as soon as the node's
+	// window has room, coalescing what arrives while it has none: the
+	// lowest latency, at more batches per message under load.
+	// Defaults to 200ms.
 	BatchInterval time.Duration
 	// CallTimeout bounds one acknowledged call to a remote worker, and how
 	// long Broadcast waits for room in a full producer mailbox.

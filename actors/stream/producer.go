@@ -203,7 +203,7 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 func (p *producer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *core.WritesReady:
-		p.takeWrites(ctx)
+		p.takeMore(ctx)
 	case *flushTick:
 		p.timer = false
 		p.flushAll(ctx)
@@ -232,7 +232,8 @@ func (p *producer) Receive(ctx actor.Context) {
 		if m.Budget > 0 {
 			p.drainDue = p.sched.SendOnce(m.Budget, ctx.Self(), &drainDue{})
 		}
-		p.takeWrites(ctx) // Stop closed the queue to new writes before sending Drain
+		for p.takeWrites(ctx) { // Stop closed the queue to new writes before sending Drain: take them all
+		}
 		p.flushAll(ctx)
 		p.checkDrain(ctx)
 	case *drainDue:
@@ -262,7 +263,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		// sent while no producer was registered was a dead letter; the
 		// queue's notified flag would stay set and no WritesReady be sent
 		// again.
-		p.takeWrites(ctx)
+		p.takeMore(ctx)
 	case *actor.Restarting, *actor.Stopping:
 		p.dead = true
 		p.stopTimers()
@@ -305,22 +306,35 @@ func (p *producer) stopTimers() {
 	}
 }
 
-// takeWrites handles every write queued since the last take, in order,
-// and sends at once each node's full batches (see full): BatchInterval
-// holds back only a part batch.
-func (p *producer) takeWrites(ctx actor.Context) {
-	p.taken = p.queue.Take(p.taken)
+// takeWrites handles the writes queued since the last take, in order, up
+// to one batch's worth (MaxBatchMessages), and sends at once each node's
+// full batches (see full): BatchInterval holds back only a part batch. It
+// reports whether writes are left (see takeMore).
+func (p *producer) takeWrites(ctx actor.Context) (more bool) {
+	p.taken, more = p.queue.Take(p.taken, p.cfg.MaxBatchMessages)
 	for _, w := range p.taken {
 		p.write(ctx, w)
 		w.Recycle() // buffered (copied) and delivered: a Broadcast may reuse it
 	}
 	if len(p.taken) == 0 {
-		return
+		return more
 	}
 	for _, pe := range p.peers {
 		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && pe.flight < p.window(pe) && p.full(pe) {
 			p.service(ctx, pe)
 		}
+	}
+	return more
+}
+
+// takeMore takes a batch's worth of writes and, if more are queued, has
+// the rest taken after what is in the mailbox now: a take of everything
+// (up to MaxPendingWrites) kept the producer from the acks queued behind
+// it, so the window stayed full while the receivers, done with their
+// batches, had nothing to do.
+func (p *producer) takeMore(ctx actor.Context) {
+	if p.takeWrites(ctx) {
+		ctx.Send(ctx.Self(), &core.WritesReady{}) // the queue stays notified: no publisher sends one
 	}
 }
 
@@ -406,8 +420,8 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 			pe.sent = d.From
 		}
 		for pe.sent < d.To && !pe.retrying { // a failed send stops the round
-			if pe.flight > 0 && !p.full(pe) {
-				break // a part batch waits for the ack: under light load, fewer and fuller batches
+			if p.partWaits(pe) {
+				break
 			}
 			if pe.flight >= p.window(pe) {
 				break // a full batch waits for a slot: the ack that frees one sends it
@@ -422,6 +436,19 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 			p.sendExpire(ctx, pe, d)
 		}
 	}
+}
+
+// partWaits reports whether a part batch for pe (less than full, see full)
+// waits for the batches in flight to be acknowledged. With a BatchInterval
+// it does: under light load that makes fewer and fuller batches, and the
+// interval already bounds the wait. With BatchInterval 0 it goes as soon as
+// the window has room: the flush that sends it runs after the writes queued
+// in the mailbox (armFlush), which coalesces them, and waiting for the ack
+// in flight would add up to a round trip to every message published while a
+// batch is out (BenchmarkTailStages: 90-99 % of the messages at or above
+// p99 had waited so).
+func (p *producer) partWaits(pe *peer) bool {
+	return p.cfg.BatchInterval > 0 && pe.flight > 0 && !p.full(pe)
 }
 
 // rewind forgets what was sent past next: the next batch starts at next.
@@ -458,8 +485,10 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
 			p.acked(pe, ack.NextCursor)
 			p.answered(pe)
-			// A slot is free: a full batch goes now, a part batch once
-			// nothing is in flight and a flush came for it.
+			// A slot is free: a full batch goes now; a part batch at the
+			// flush armFlush sends (BatchInterval 0: it runs after the
+			// writes queued meanwhile), or, with a BatchInterval, once
+			// nothing is in flight and a flush came for it (partWaits).
 			if p.drainTo != nil || p.full(pe) || (pe.due && pe.flight == 0) {
 				p.service(ctx, pe)
 			} else if pe.sent < p.ring.WriteCursor() {

@@ -42,21 +42,33 @@ func (q *WriteQueue) Push(w *Write) (ok, notify bool, room <-chan struct{}) {
 	return true, notify, nil
 }
 
-// Take returns every queued write, in Push order, and empties the queue,
-// reusing spare (the slice the previous Take returned, done with) for the
-// next writes. It wakes the pushers waiting for room.
-func (q *WriteQueue) Take(spare []*Write) []*Write {
+// Take returns the queued writes, in Push order, up to max of them, and
+// removes them from the queue, reusing spare (the slice the previous Take
+// returned, done with) for the next writes. It wakes the pushers waiting
+// for room. more: writes are left; the queue stays notified (Push sends no
+// WritesReady for them), so the caller takes them itself, after whatever
+// else it has to handle (the producer sends itself a WritesReady).
+func (q *WriteQueue) Take(spare []*Write, max int) (ws []*Write, more bool) {
 	clear(spare)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.writes
-	q.writes = spare[:0]
-	q.notified = false
+	if len(q.writes) <= max {
+		ws = q.writes
+		q.writes = spare[:0]
+		q.notified = false
+	} else {
+		// Copied out rather than resliced: the rest stays at the front of
+		// the queue's array, which the next Push appends to.
+		ws = append(spare[:0], q.writes[:max]...)
+		n := copy(q.writes, q.writes[max:])
+		clear(q.writes[n:])
+		q.writes, more = q.writes[:n], true
+	}
 	if q.room != nil {
 		close(q.room)
 		q.room = nil
 	}
-	return ws
+	return ws, more
 }
 
 // Len is the number of queued writes.

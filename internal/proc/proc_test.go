@@ -197,3 +197,18 @@ func TestUntil(t *testing.T) {
 		t.Fatal("Until passed a condition that never held")
 	}
 }
+
+// TestRunQueueWait: the process's own figure is readable where Linux
+// reports it, and never goes backwards.
+func TestRunQueueWait(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc here")
+	}
+	a := RunQueueWait(os.Getpid())
+	for i := 0; i < 1e6; i++ { // some CPU, so that the scheduler runs
+		_ = i * i
+	}
+	if b := RunQueueWait(os.Getpid()); b < a {
+		t.Fatalf("run-queue wait went back from %v to %v", a, b)
+	}
+}

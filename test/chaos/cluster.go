@@ -33,7 +33,8 @@ type ClusterOptions struct {
 	// a bridge in a hub namespace where the proxy runs. Needs root; enables
 	// partitions and packet loss (iptables inside the node namespaces).
 	Netns bool
-	// Node settings (chaosnode flags).
+	// Node settings (chaosnode flags). BatchInterval is passed as it is:
+	// 0 is BatchInterval 0, not the library default.
 	Buffer        int
 	Pool          int
 	BatchInterval time.Duration

@@ -33,6 +33,7 @@ func main() {
 	slow := flag.Int("slow-subscribers", 0, "slow subscribers per node (bounded at 100 queued messages: dropped for, with BackPressure notices)")
 	slowMicros := flag.Int("slow-micros", 1500, "time a slow subscriber spends on each message, in microseconds")
 	buffer := flag.Int("buffer", 2000, "Config.BufferSize of every producer")
+	batch := flag.Duration("batch-interval", 20*time.Millisecond, "Config.BatchInterval of every node (0 included)")
 	hold := flag.Duration("hold", 10*time.Second, "how long each fault lasts")
 	settle := flag.Duration("settle", 5*time.Second, "healthy time between faults")
 	isolate := flag.Duration("isolate", 60*time.Second, "at the end, cut the last node off this long and sample node 0's RSS (0: skip)")
@@ -44,14 +45,14 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *messages, *nodes, *publishers, *rate, *pad, *subs, *slow, *slowMicros, *buffer, *hold, *settle, *isolate, *race, *netns, *out, *seed); err != nil {
+	if err := run(ctx, *messages, *nodes, *publishers, *rate, *pad, *subs, *slow, *slowMicros, *buffer, *batch, *hold, *settle, *isolate, *race, *netns, *out, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, messages int64, nodes, publishers, rate, pad, subs, slow, slowMicros, buffer int,
-	hold, settle, isolate time.Duration, race, netns bool, out string, seed int64) error {
+	batch, hold, settle, isolate time.Duration, race, netns bool, out string, seed int64) error {
 	dir, err := os.MkdirTemp("", "echopubsub-soak-")
 	if err != nil {
 		return err
@@ -69,7 +70,7 @@ func run(ctx context.Context, messages int64, nodes, publishers, rate, pad, subs
 	}
 	res, err := chaos.RunSoak(ctx, chaos.SoakOptions{
 		Cluster: chaos.ClusterOptions{Binary: bin, Dir: dir, Nodes: nodes, Netns: netns, Buffer: buffer, Pool: 2,
-			BatchInterval: 20 * time.Millisecond, CallTimeout: time.Second, Retry: 100 * time.Millisecond,
+			BatchInterval: batch, CallTimeout: time.Second, Retry: 100 * time.Millisecond,
 			LogLevel: "info", Logf: logf},
 		Messages: messages, Publishers: publishers, Rate: rate, Pad: pad, Subscribers: subs,
 		SlowSubscribers: slow, SlowMicros: slowMicros,

@@ -27,7 +27,7 @@ func main() {
 	flag.StringVar(&cfg.peers, "peers", "", "comma-separated advertised addresses of every node, this one included")
 	flag.IntVar(&cfg.buffer, "buffer", 10_000, "Config.BufferSize")
 	flag.IntVar(&cfg.pool, "pool", 2, "Config.PoolSize")
-	flag.DurationVar(&cfg.batch, "batch-interval", 0, "Config.BatchInterval (0: library default)")
+	flag.DurationVar(&cfg.batch, "batch-interval", -1, "Config.BatchInterval, 0 included (negative: library default)")
 	flag.DurationVar(&cfg.callTimeout, "call-timeout", 0, "Config.CallTimeout (0: library default)")
 	flag.DurationVar(&cfg.retry, "retry", 0, "Config.RetryInterval (0: library default)")
 	flag.StringVar(&cfg.level, "log-level", "info", "zerolog level for stderr")

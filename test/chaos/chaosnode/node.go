@@ -124,7 +124,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 
 	pcfg := echopubsub.DefaultConfig("chaos")
 	pcfg.BufferSize, pcfg.PoolSize = cfg.buffer, cfg.pool
-	if cfg.batch > 0 {
+	if cfg.batch >= 0 {
 		pcfg.BatchInterval = cfg.batch
 	}
 	if cfg.callTimeout > 0 {

@@ -74,6 +74,31 @@ func TestSmoke(t *testing.T) {
 	t.Logf("smoke run took %v\n%s", time.Since(start).Round(time.Millisecond), rep.tables())
 }
 
+// TestReportCPUBound: every row with a CPU figure says the CPU-bound limit
+// (NumCPU / (CPU per delivery x nodes)) and the share of it reached, and
+// issue 26's table judges 100 ms against raw and against that limit.
+func TestReportCPUBound(t *testing.T) {
+	o, err := parseFlags([]string{"-nodes", "3", "-intervals", "100ms,0s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := result{scenario: scenario{System: sysOurs, Nodes: 3, Interval: 100 * time.Millisecond, Pad: 10, N: 1000, Reps: 1},
+		Valid: true, MsgPerSec: 500_000, CPUNsPerDelivery: 1000, RunQueueNsPerDelivery: 200} // limit 2 / (1 us x 3) = 666,667 msg/s: 75 %; 15 % waiting for a core
+	raw := result{scenario: scenario{System: sysRaw, Nodes: 3, Pad: 10, N: 1000, Reps: 1}, Valid: true, MsgPerSec: 200_000, CPUNsPerDelivery: 2000}
+	rep := &report{opts: o, results: []result{ours, raw}, meta: meta{NumCPU: 2}}
+	md := rep.markdown()
+	for _, want := range []string{
+		"| echopubsub nodes=3 pad=10B interval=100ms | 1.00 | 666,667 | 500,000 | 75 % | 15 % |",
+		"| protoactor-raw nodes=3 pad=10B | 2.00 | 333,333 | 200,000 | 60 % |  |",
+		"| 3 nodes, 10 B, 100 ms: >= 2.5x raw fire-and-forget | 500,000 = 2.50x raw (200,000) | yes |",
+		"| 3 nodes, 10 B, 100 ms: >= 80 % of the CPU-bound limit | 500,000 of 666,667 (1.00 us per delivery) = 75 % | no |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
 func TestSeqRoundTrip(t *testing.T) {
 	for _, c := range [][3]int{{0, 0, 0}, {1, 3, 12345}, {7, 255, 1<<40 - 1}} {
 		rep, pub, i := splitSeq(makeSeq(c[0], c[1], c[2]))

@@ -96,3 +96,13 @@ func cpuOf(ps []*child) time.Duration {
 	}
 	return t
 }
+
+// runQueueOf is the time the threads of every process in ps have waited for
+// a core, together (proc.RunQueueWait).
+func runQueueOf(ps []*child) time.Duration {
+	var t time.Duration
+	for _, p := range ps {
+		t += proc.RunQueueWait(p.Pid())
+	}
+	return t
+}

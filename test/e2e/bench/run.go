@@ -75,9 +75,14 @@ type result struct {
 	// CPUNsPerDelivery: user+sys CPU of every process of the scenario (the
 	// nodes, and the NATS server for NATS) over the counted repetitions,
 	// divided by the deliveries (N x nodes x repetitions).
-	CPUNsPerDelivery float64           `json:"cpu_ns_per_delivery,omitempty"`
-	Lat              *latResult        `json:"latency,omitempty"`
-	Profiles         map[string]string `json:"profiles,omitempty"`
+	CPUNsPerDelivery float64 `json:"cpu_ns_per_delivery,omitempty"`
+	// RunQueueNsPerDelivery: the time the same processes' threads were
+	// runnable but waiting for a core (proc.RunQueueWait), per delivery:
+	// with CPUNsPerDelivery, it tells waiting in the pipeline from the
+	// machine's other work holding the cores.
+	RunQueueNsPerDelivery float64           `json:"runq_ns_per_delivery,omitempty"`
+	Lat                   *latResult        `json:"latency,omitempty"`
+	Profiles              map[string]string `json:"profiles,omitempty"`
 	// ProfileFiles are the CPU profiles behind Profiles, by node.
 	ProfileFiles map[string]string `json:"profile_files,omitempty"`
 	// Mem: node 0's memory at its peak and at the end (-memory runs).
@@ -182,7 +187,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			return err
 		}
 	}
-	cpu0 := cpuOf(procs)
+	cpu0, runq0 := cpuOf(procs), runQueueOf(procs)
 	for rep := 1; rep <= reps; rep++ {
 		rr, err := r.rep(s, nodes, rep, false)
 		if err != nil {
@@ -192,6 +197,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 	}
 	if deliveries := float64(s.N) * float64(s.Nodes) * float64(reps); s.Rate == 0 && deliveries > 0 {
 		res.CPUNsPerDelivery = float64(cpuOf(procs)-cpu0) / deliveries
+		res.RunQueueNsPerDelivery = float64(runQueueOf(procs)-runq0) / deliveries
 	}
 	if s.Profile && s.Rate == 0 {
 		res.Profiles = map[string]string{}
