@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,52 @@ func StartPublisher(ps *echopubsub.PubSub, rec *Recorder, log zerolog.Logger, to
 	p.Group = GroupOf(p.From, pool)
 	go p.run(rate, pad)
 	return p
+}
+
+// Publishers is a node process's publishers, started one by one and
+// stopped together; safe for concurrent use (the zero value is empty).
+type Publishers struct {
+	mu   sync.Mutex
+	pubs []*Publisher
+}
+
+// Start starts the node's next publisher (StartPublisher, its index the
+// number started before it).
+func (s *Publishers) Start(ps *echopubsub.PubSub, rec *Recorder, log zerolog.Logger, topic, node string, incarnation, pool, rate, pad int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pubs = append(s.pubs, StartPublisher(ps, rec, log, topic, node, incarnation, len(s.pubs), pool, rate, pad))
+}
+
+// Stop stops every publisher (Publisher.Stop), outside the lock: Info
+// answers meanwhile.
+func (s *Publishers) Stop() {
+	s.mu.Lock()
+	pubs := append([]*Publisher(nil), s.pubs...)
+	s.mu.Unlock()
+	for _, p := range pubs {
+		p.Stop()
+	}
+}
+
+// Skip makes every publisher skip its next number (OpSkip).
+func (s *Publishers) Skip() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.pubs {
+		p.Skip()
+	}
+}
+
+// Info is what each publisher sent so far.
+func (s *Publishers) Info() []PubInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []PubInfo
+	for _, p := range s.pubs {
+		out = append(out, p.Info())
+	}
+	return out
 }
 
 // GroupOf is the pool group the library routes a sender's broadcasts

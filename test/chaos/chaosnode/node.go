@@ -81,8 +81,8 @@ type node struct {
 	out   *json.Encoder
 	outMu sync.Mutex
 
-	mu   sync.Mutex
-	pubs []*chaos.Publisher
+	pubs chaos.Publishers
+	mu   sync.Mutex // subs
 	subs int
 }
 
@@ -192,7 +192,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 }
 
 func (n *node) stop() error {
-	n.stopPublishers()
+	n.pubs.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.ps.Stop(ctx)
@@ -216,8 +216,8 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 		}
 		return chaos.Event{}
 	case chaos.OpStopPublish:
-		n.stopPublishers()
-		return chaos.Event{Pubs: n.pubInfo()}
+		n.pubs.Stop()
+		return chaos.Event{Pubs: n.pubs.Info()}
 	case chaos.OpStatus:
 		return n.status(true)
 	case chaos.OpBehind:
@@ -227,11 +227,7 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 		}
 		return chaos.Event{Behind: b}
 	case chaos.OpSkip:
-		n.mu.Lock()
-		for _, p := range n.pubs {
-			p.Skip()
-		}
-		n.mu.Unlock()
+		n.pubs.Skip()
 		return chaos.Event{}
 	case chaos.OpCrash:
 		switch c.What {
@@ -287,33 +283,11 @@ func (n *node) subscribe(late bool, bound int, slow time.Duration) error {
 }
 
 func (n *node) startPublisher(rate, pad int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.pubs = append(n.pubs, chaos.StartPublisher(n.ps, n.rec, n.log, chaos.Topic, n.cfg.name, n.cfg.incarnation, len(n.pubs),
-		n.cfg.pool, rate, pad))
-}
-
-func (n *node) stopPublishers() {
-	n.mu.Lock()
-	pubs := append([]*chaos.Publisher(nil), n.pubs...)
-	n.mu.Unlock()
-	for _, p := range pubs {
-		p.Stop()
-	}
-}
-
-func (n *node) pubInfo() []chaos.PubInfo {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var out []chaos.PubInfo
-	for _, p := range n.pubs {
-		out = append(out, p.Info())
-	}
-	return out
+	n.pubs.Start(n.ps, n.rec, n.log, chaos.Topic, n.cfg.name, n.cfg.incarnation, n.cfg.pool, rate, pad)
 }
 
 func (n *node) status(full bool) chaos.Event {
-	ev := chaos.Event{Ev: "status", Pubs: n.pubInfo()}
+	ev := chaos.Event{Ev: "status", Pubs: n.pubs.Info()}
 	r := n.check.Report()
 	r.Violations = nil // sent one by one as they happen
 	if !full {

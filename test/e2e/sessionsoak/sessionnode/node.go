@@ -46,8 +46,8 @@ type node struct {
 	out   *json.Encoder
 	outMu sync.Mutex
 
-	mu     sync.Mutex
-	pubs   []*chaos.Publisher
+	pubs   chaos.Publishers
+	mu     sync.Mutex // owners
 	owners []*owner
 	end    uint64 // the store's last cursor at the last sessions command (the command loop's; no retention: it only grows)
 }
@@ -153,7 +153,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 		case <-sig:
 			return n.stop()
 		case <-tick.C:
-			n.emit(chaos.Event{Ev: "status", Pubs: n.pubInfo(), Registered: n.registered()})
+			n.emit(chaos.Event{Ev: "status", Pubs: n.pubs.Info(), Registered: n.registered()})
 		case c, ok := <-cmds:
 			if !ok || c.Op == chaos.OpQuit {
 				err := n.stop()
@@ -170,7 +170,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 }
 
 func (n *node) stop() error {
-	n.stopPublishers()
+	n.pubs.Stop()
 	n.mu.Lock()
 	for _, o := range n.owners {
 		o.stopTicker()
@@ -199,10 +199,10 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 		}
 		return chaos.Event{}
 	case chaos.OpStopPublish:
-		n.stopPublishers()
-		return chaos.Event{Pubs: n.pubInfo()}
+		n.pubs.Stop()
+		return chaos.Event{Pubs: n.pubs.Info()}
 	case chaos.OpStatus:
-		return chaos.Event{Pubs: n.pubInfo(), Registered: n.registered()}
+		return chaos.Event{Pubs: n.pubs.Info(), Registered: n.registered()}
 	case chaos.OpSessions:
 		return n.sessions()
 	}
@@ -401,27 +401,5 @@ func (o *owner) ack() {
 }
 
 func (n *node) startPublisher(rate, pad int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.pubs = append(n.pubs, chaos.StartPublisher(n.ps, n.rec, n.log, chaos.SessionTopic, n.cfg.name, n.cfg.incarnation, len(n.pubs),
-		n.cfg.pool, rate, pad))
-}
-
-func (n *node) stopPublishers() {
-	n.mu.Lock()
-	pubs := append([]*chaos.Publisher(nil), n.pubs...)
-	n.mu.Unlock()
-	for _, p := range pubs {
-		p.Stop()
-	}
-}
-
-func (n *node) pubInfo() []chaos.PubInfo {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var out []chaos.PubInfo
-	for _, p := range n.pubs {
-		out = append(out, p.Info())
-	}
-	return out
+	n.pubs.Start(n.ps, n.rec, n.log, chaos.SessionTopic, n.cfg.name, n.cfg.incarnation, n.cfg.pool, rate, pad)
 }
