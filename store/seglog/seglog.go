@@ -209,20 +209,13 @@ func (s *Store) commit(batch []*item) error {
 }
 
 // appendFrames writes batch (one frame per call) with one write and, when
-// a row is in it, one fdatasync; then makes it visible. On a failed write
-// the tail is cut back, so that storekit.GroupCommit's retry of each call
-// alone starts clean; after a failed fdatasync what is on disk is unknown
-// and the store refuses every later commit (reopen it).
+// a row is in it, one fdatasync (see write: a failed commit leaves the tail
+// clean for storekit.GroupCommit's retry of each call alone); then makes
+// it visible.
 func (s *Store) appendFrames(batch []*storekit.LocalAppend) error {
-	if s.broken != nil {
-		return s.broken
+	if err := s.begin(); err != nil {
+		return err
 	}
-	if s.size >= s.segSize {
-		if err := s.rotate(); err != nil {
-			return err
-		}
-	}
-	s.w.buf = s.w.buf[:0]
 	next := map[string]uint64{} // stream -> its next cursor, with this batch's rows
 	var rows []placed
 	sync := false
@@ -233,6 +226,48 @@ func (s *Store) appendFrames(batch []*storekit.LocalAppend) error {
 			return err
 		}
 	}
+	if err := s.write(sync); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, r := range rows {
+		st := s.index(r.stream, 0)
+		st.rows = append(st.rows, r.loc)
+	}
+	s.live[s.activeID] += len(rows)
+	for _, a := range batch {
+		if a.Pos != nil {
+			s.positions[posKey{a.Pos.Node, a.Pos.Group}] = *a.Pos
+		}
+	}
+	s.mu.Unlock()
+	if cap(s.w.buf) > 4<<20 { // a large commit's buffer is not kept
+		s.w.buf = nil
+	}
+	return nil
+}
+
+// begin readies s.w for a commit's frames: the store is not broken, and
+// the active segment has room (else the next one starts). Committer only.
+func (s *Store) begin() error {
+	if s.broken != nil {
+		return s.broken
+	}
+	if s.size >= s.segSize {
+		if err := s.rotate(); err != nil {
+			return err
+		}
+	}
+	s.w.buf = s.w.buf[:0]
+	return nil
+}
+
+// write appends the frames in s.w to the active segment with one write
+// and, if sync, one fdatasync. On a failed write the tail is cut back,
+// so that a retry starts clean; after a failed fdatasync what is on disk
+// is unknown and the store refuses every later commit (reopen it).
+// Committer only.
+func (s *Store) write(sync bool) error {
 	if s.size+int64(len(s.w.buf)) > math.MaxUint32 {
 		return fmt.Errorf("a commit of %d bytes does not fit segment %s", len(s.w.buf), s.active.Name())
 	}
@@ -250,21 +285,6 @@ func (s *Store) appendFrames(batch []*storekit.LocalAppend) error {
 		}
 	}
 	s.size += int64(len(s.w.buf))
-	s.mu.Lock()
-	for _, r := range rows {
-		st := s.index(r.stream, 0)
-		st.rows = append(st.rows, r.loc)
-	}
-	s.live[s.activeID] += len(rows)
-	for _, a := range batch {
-		if a.Pos != nil {
-			s.positions[posKey{a.Pos.Node, a.Pos.Group}] = *a.Pos
-		}
-	}
-	s.mu.Unlock()
-	if cap(s.w.buf) > 4<<20 { // a large commit's buffer is not kept
-		s.w.buf = nil
-	}
 	return nil
 }
 

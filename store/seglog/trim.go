@@ -54,9 +54,6 @@ func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.
 // trim decides and applies r (committer only): the rows removed leave the
 // index only once the snapshot that says so is on disk.
 func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimmed, error) {
-	if s.broken != nil {
-		return nil, s.broken
-	}
 	cuts := s.cuts(r, now)
 	if len(cuts) == 0 && (s.firstSeg >= s.activeID || s.live[s.firstSeg] > 0) {
 		return nil, nil
@@ -64,27 +61,15 @@ func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimme
 	// With no row to cut, a snapshot still goes first when the oldest
 	// segment holds no kept row (positions only, or rows an earlier trim
 	// cut): it records every position, so that segment can go.
-	if s.size >= s.segSize {
-		if err := s.rotate(); err != nil {
-			return nil, err
-		}
+	if err := s.begin(); err != nil {
+		return nil, err
 	}
-	s.w.buf = s.w.buf[:0]
 	if !s.w.snapshot(s.snapshot(cuts)) {
 		return nil, fmt.Errorf("echopubsub: seglog trim: the snapshot is over %d bytes", maxFrame)
 	}
-	if _, err := s.active.WriteAt(s.w.buf, s.size); err != nil {
-		if terr := s.active.Truncate(s.size); terr != nil {
-			s.broken = fmt.Errorf("write %s: %w; cutting it back failed: %v (reopen the store)", s.active.Name(), err, terr)
-			return nil, s.broken
-		}
+	if err := s.write(true); err != nil {
 		return nil, fmt.Errorf("echopubsub: seglog trim: %w", err)
 	}
-	if err := storekit.Fdatasync(s.active); err != nil {
-		s.broken = fmt.Errorf("%w: what is on disk is unknown (reopen the store)", err)
-		return nil, s.broken
-	}
-	s.size += int64(len(s.w.buf))
 	s.snapSeg = s.activeID
 	out := make([]echopubsub.Trimmed, 0, len(cuts))
 	s.mu.Lock()
