@@ -301,17 +301,7 @@ func TestSeglogOpenKeepsPositionOnlySegments(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
 	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
 	s := mustOpen(t, dir, opt)
-	once := core.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
-	if err := s.AppendAt(ctx(t), nil, once); err != nil {
-		t.Fatal(err)
-	}
-	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
-	for len(segs(t, dir)) < 2 {
-		pos.Next++
-		if err := s.AppendAt(ctx(t), nil, pos); err != nil {
-			t.Fatal(err)
-		}
-	}
+	once, _ := positionSegments(t, s, dir, 2)
 	fill(t, s, 1, "a")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -368,17 +358,7 @@ func TestSeglogTrimRemovesPositionOnlySegments(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
 	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
 	s := mustOpen(t, dir, opt)
-	once := core.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
-	if err := s.AppendAt(ctx(t), nil, once); err != nil {
-		t.Fatal(err)
-	}
-	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
-	for len(segs(t, dir)) < 4 {
-		pos.Next++
-		if err := s.AppendAt(ctx(t), nil, pos); err != nil {
-			t.Fatal(err)
-		}
-	}
+	once, pos := positionSegments(t, s, dir, 4)
 	got, err := s.Trim(ctx(t), echopubsub.Retention{MaxRows: 10})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("Trim: %+v %v; want nothing trimmed", got, err)
@@ -413,4 +393,24 @@ func TestSeglogTrimWithEndedContextRemovesNothing(t *testing.T) {
 	// The committer takes the trim before this append (one queue, in order).
 	fill(t, s, 1, "b")
 	wantRows(t, s, "a", 1, 10)
+}
+
+// positionSegments records a position once, then another producer's
+// position again and again, until dir holds n segments: the log of a node
+// whose batches carry no durable row. It returns both positions as last
+// recorded.
+func positionSegments(t *testing.T, s *seglog.Store, dir string, n int) (once, pos core.ProducerPosition) {
+	t.Helper()
+	once = core.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
+	if err := s.AppendAt(ctx(t), nil, once); err != nil {
+		t.Fatal(err)
+	}
+	pos = core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
+	for len(segs(t, dir)) < n {
+		pos.Next++
+		if err := s.AppendAt(ctx(t), nil, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return once, pos
 }
