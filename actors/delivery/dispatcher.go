@@ -1,7 +1,6 @@
 package delivery
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -9,7 +8,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
@@ -207,7 +205,7 @@ type Item struct {
 	Message     proto.Message
 	PayloadType string
 	Payload     []byte
-	Type        protoreflect.MessageType
+	Type        messages.Type
 	// Exclude is the key of a subscriber that must not receive it
 	// (BroadcastFrom), "" for none.
 	Exclude string
@@ -474,11 +472,8 @@ func (d *Dispatcher) expire(sub *subscriber, ce *messages.CursorExpired) {
 func decode(it *Item) proto.Message {
 	var msg proto.Message
 	var err error
-	if it.Type != nil {
-		msg = it.Type.New().Interface()
-		if err = proto.Unmarshal(it.Payload, msg); err != nil {
-			err = fmt.Errorf("messages: decode %s: %w", it.PayloadType, err)
-		}
+	if it.Type.Resolved() {
+		msg, err = it.Type.Decode(it.Payload)
 	} else {
 		msg, err = messages.Decode(it.PayloadType, it.Payload)
 	}

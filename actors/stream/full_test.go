@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/ringbuf"
 )
 
@@ -47,8 +48,8 @@ func TestFullMatchesTheBuffer(t *testing.T) {
 			}
 		case r < 9: // a batch from sent, as sendBatch sends it
 			if pe.sent < w && w-pe.sent <= uint64(p.ring.Cap()) {
-				b, size := p.batch(ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: w})
-				pe.sentTo(pe.sent+uint64(b.Len()), size)
+				b := p.batch(ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: w}, messages.ProtocolVersion)
+				pe.sentTo(pe.sent+uint64(b.n), b.size)
 			}
 		default: // sent jumps anywhere still buffered
 			lo := uint64(0)

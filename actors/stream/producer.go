@@ -155,11 +155,15 @@ type producer struct {
 	gm      metric.MeasurementOption // this group's attributes
 	log     zerolog.Logger
 
-	buf         *store                // the buffered messages, compact
-	ring        *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
-	lastBatch   *messages.Batch       // the last batch built, reused for a peer that needs the same range
-	lastBatchV1 *messages.Batch       // lastBatch as protocol version 1, for peers that speak only that
-	joins       uint64                // join ids given so far (Register.join_id)
+	buf  *store                // the buffered messages, compact
+	ring *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
+	// recent are the last MaxBatchesInFlight batches built (a ring, at
+	// recentAt): a node that needs a range another node was sent gets the
+	// same encoding. enc builds them.
+	recent      []*outBatch
+	recentAt    int
+	enc         messages.BatchEncoder
+	joins       uint64 // join ids given so far (Register.join_id)
 	inc         uint64
 	peers       map[string]*peer
 	sched       *scheduler.TimerScheduler
@@ -464,25 +468,22 @@ func (p *producer) rewind(pe *peer) {
 // the producer sends again from the worker's cursor, so the stream a worker
 // delivers has no hole, whatever the network dropped.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
-	req, size := p.batch(d)
-	if p.speaks(pe) == messages.PreviousProtocolVersion {
-		req = p.batchV1(req)
-	}
-	target := d.From + uint64(req.Len())
+	b := p.batch(d, p.speaks(pe))
+	target := d.From + uint64(b.n)
 	epoch := pe.epoch
-	pe.sentTo(target, size)
+	pe.sentTo(target, b.size)
 	pe.flight++
 	pe.next = plant.Advance(pe.next, target)
 	sent := time.Now()
 	p.m.BatchesSent.Add(context.Background(), 1, pe.gauge.Attrs)
-	p.request(ctx, pe, req, func(res interface{}, err error) {
+	p.request(ctx, pe, b.wire, func(res interface{}, err error) {
 		pe.flight--
 		ack, ok := res.(*messages.BatchAck)
 		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OK {
 			rtt := time.Since(sent)
 			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
 			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
-			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: req.Len(), RoundTrip: rtt})
+			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: b.n, RoundTrip: rtt})
 			p.acked(pe, ack.NextCursor)
 			p.answered(pe)
 			// A slot is free: a full batch goes now; a part batch at the
@@ -577,39 +578,59 @@ func (pe *peer) sentTo(target uint64, size int) {
 	pe.sent = target
 }
 
-// batch builds the batch for decision d: from d.From, as many entries as
-// MaxBatchMessages and MaxBatchBytes allow (at least one), and returns it
-// with its size (entrySize summed). Peers that need the same range share
-// one batch, which is never modified once sent.
-func (p *producer) batch(d ringbuf.Decision) (*messages.Batch, int) {
-	n, size, payloads := 0, 0, 0
-	for c := d.From; c < d.To && n < p.cfg.MaxBatchMessages; c++ {
-		topic, _, payload, ex, err := p.buf.at(c)
+// outBatch is a batch as sent: its range, its size (entrySize summed) and
+// its encoding in one protocol version. Never modified once built.
+type outBatch struct {
+	first, inc uint64
+	n, size    int
+	version    uint32
+	// full: cut by MaxBatchMessages or MaxBatchBytes, not by the write
+	// cursor: any decision from first that reaches past it gets the same.
+	full bool
+	wire *messages.Batch // messages.Encoded
+}
+
+// batch returns the batch for decision d in protocol version version: from
+// d.From, as many entries as MaxBatchMessages and MaxBatchBytes allow (at
+// least one), encoded once. Nodes that need the same range share it (see
+// recent).
+func (p *producer) batch(d ringbuf.Decision, version uint32) *outBatch {
+	for _, b := range p.recent {
+		if b != nil && b.first == d.From && b.inc == p.inc && b.version == version &&
+			(b.first+uint64(b.n) == d.To || b.full && b.first+uint64(b.n) <= d.To) {
+			return b
+		}
+	}
+	b := &outBatch{first: d.From, inc: p.inc, version: version}
+	p.enc.Reset()
+	for c := d.From; c < d.To; c++ {
+		if p.enc.Len() == p.cfg.MaxBatchMessages {
+			b.full = true
+			break
+		}
+		topic, typ, payload, ex, err := p.buf.at(c)
 		if err != nil {
 			p.log.Error().Err(err).Msg("decided messages not buffered")
 			break
 		}
 		sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
-		if n > 0 && size+sz > p.cfg.MaxBatchBytes {
+		if p.enc.Len() > 0 && b.size+sz > p.cfg.MaxBatchBytes {
+			b.full = true
 			break
 		}
-		n++
-		size += sz
-		payloads += len(payload)
+		p.enc.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
+		b.size += sz
 	}
-	if b := p.lastBatch; b != nil && b.FirstCursor == d.From && b.Len() == n && b.ProducerIncarnation == p.inc {
-		return b, size
+	b.n = p.enc.Len()
+	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
+		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From}))
+	p.enc.Reset() // the encoder aliased the buffer's payloads
+	if p.recent == nil {
+		p.recent = make([]*outBatch, max(p.cfg.MaxBatchesInFlight, 1))
 	}
-	b := &messages.Batch{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
-		ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
-		TopicIndex: make([]uint32, 0, n), TypeIndex: make([]uint32, 0, n), PayloadSize: make([]uint32, 0, n),
-		Payloads: make([]byte, 0, payloads)} // payload bytes only: size also counts topics and framing
-	for c := d.From; c < d.From+uint64(n); c++ {
-		topic, typ, payload, ex, _ := p.buf.at(c)
-		b.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
-	}
-	p.lastBatch = b
-	return b, size
+	p.recent[p.recentAt] = b
+	p.recentAt = (p.recentAt + 1) % len(p.recent)
+	return b
 }
 
 // speaks is the protocol version of the requests to pe: the current one
@@ -638,20 +659,6 @@ func (p *producer) window(pe *peer) int {
 		return 1
 	}
 	return p.cfg.MaxBatchesInFlight
-}
-
-// batchV1 is b as protocol version 1 (the same entries: the columns are
-// shared, neither is ever modified once sent).
-func (p *producer) batchV1(b *messages.Batch) *messages.Batch {
-	if v := p.lastBatchV1; v != nil && v.FirstCursor == b.FirstCursor && v.Len() == b.Len() && v.ProducerIncarnation == b.ProducerIncarnation {
-		return v
-	}
-	v := &messages.Batch{ProtocolVersion: messages.PreviousProtocolVersion, PubsubName: b.PubsubName, ProducerNode: b.ProducerNode,
-		ProducerIncarnation: b.ProducerIncarnation, Group: b.Group, FirstCursor: b.FirstCursor, Topics: b.Topics,
-		PayloadTypes: b.PayloadTypes, TopicIndex: b.TopicIndex, TypeIndex: b.TypeIndex, PayloadSize: b.PayloadSize,
-		Payloads: b.Payloads, Options: b.Options}
-	p.lastBatchV1 = v
-	return v
 }
 
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {

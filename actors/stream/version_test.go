@@ -134,3 +134,25 @@ func TestJoinReportsWhatItTold(t *testing.T) {
 		t.Fatalf("probe after a told join answered %v", ra)
 	}
 }
+
+// A batch a producer sends is an encoding (messages.Encoded), which the
+// wire decodes; a worker handed one in process decodes it itself and
+// delivers its entries, and bad bytes are refused with a reason.
+func TestWorkerTakesAnEncodedBatch(t *testing.T) {
+	fw := newFuzzWorker()
+	w := fw.w.(*worker)
+	if ra, _ := ask(t, w, join("p", 1)); ra.Status != messages.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("join refused: %v %q", ra.Status, ra.Error)
+	}
+	var e messages.BatchEncoder
+	for i := 0; i < 3; i++ {
+		e.Add("t", "echopubsub.v1.CursorExpired", []byte{0x08, byte(i)}, "", "", 0)
+	}
+	h := messages.BatchHeader{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz", ProducerNode: "p", ProducerIncarnation: 1, Group: 1}
+	if _, ba := ask(t, w, messages.Encoded(e.Encode(h))); ba.Status != messages.AckStatus_ACK_STATUS_OK || ba.NextCursor != 3 {
+		t.Fatalf("encoded batch answered %v %q at %d, want OK at 3", ba.Status, ba.Error, ba.NextCursor)
+	}
+	if _, ba := ask(t, w, messages.Encoded([]byte{0x12, 0x09})); ba.Status != messages.AckStatus_ACK_STATUS_REJECTED || ba.Error == "" {
+		t.Fatalf("bad encoding answered %v %q, want a rejection with a reason", ba.Status, ba.Error)
+	}
+}

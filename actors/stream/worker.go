@@ -138,6 +138,14 @@ func (w *worker) Receive(ctx actor.Context) {
 		return // lifecycle messages
 	}
 	req := ctx.Message().(proto.Message)
+	if b, ok := req.(*messages.Batch); ok {
+		// A producer's batch is sent encoded (messages.Encoded): the wire
+		// decodes it; one handed over in process is decoded here. Bad bytes
+		// leave the empty batch, which check rejects.
+		if d, err := b.Decoded(); err == nil {
+			req = d
+		}
+	}
 	if w.hook != nil {
 		if err := w.hook.Receive(from, req); err != nil {
 			return // dropped unanswered, as a lost request
@@ -376,7 +384,7 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	}
 	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor, stored: stored,
 		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
-		types: make([]protoreflect.MessageType, len(m.PayloadTypes))}
+		types: make([]messages.Type, len(m.PayloadTypes))}
 	if w.hook == nil {
 		d.run(-1) // the production path: no hook to consult per entry
 	} else {
@@ -441,7 +449,7 @@ type batchDelivery struct {
 	next      uint64   // cursor of the next entry
 	stored    []uint64 // each entry's cursor in this node's store (worker.store), or nil
 	it        delivery.Item
-	types     []protoreflect.MessageType // resolved once per batch, when needed
+	types     []messages.Type // resolved once per batch, when needed
 	delivered int64
 }
 
@@ -462,9 +470,9 @@ func (d *batchDelivery) run(n int) bool {
 		w := d.w
 		plant.AckFirst(&d.k.expected, c, w.hook, d.m.ProducerNode)
 		if (only == "" || only == w.node) && !plant.SkipEntry() {
-			if d.types[ti] == nil {
+			if !d.types[ti].Resolved() {
 				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(d.m.PayloadTypes[ti])); err == nil {
-					d.types[ti] = mt
+					d.types[ti] = messages.TypeOf(mt)
 				}
 			}
 			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadTypes[ti], payload, d.types[ti]
