@@ -448,8 +448,11 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if exclude && from == nil {
 		return fmt.Errorf("echopubsub: a ...From broadcast needs a sender PID")
 	}
-	w := core.NewWrite() // recycled by its producer (or below), with its payload buffer
-	typeName, payload, err := messages.AppendEncode(w.Payload, msg)
+	// Not pooled: a pooled Write crosses from the producer's core back to a
+	// publisher's, and that cost more CPU than the allocation it saves
+	// (docs/benchmarks.md, issue 26 item 2).
+	w := &core.Write{}
+	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
 		return err
 	}
@@ -461,8 +464,7 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 		w.Exclude = delivery.Key(from)
 	}
 	if local {
-		ps.d.DeliverLocal(w) // hands out msg, never the payload: w is free again
-		w.Recycle()
+		ps.d.DeliverLocal(w) // hands out msg, never the payload
 		return nil
 	}
 	return ps.rt.Enqueue(wait, from, w)

@@ -20,16 +20,10 @@ var ErrNilMessage = errors.New("messages: nil message")
 // Encode marshals msg once and returns its type name and bytes. The result
 // is what an Entry carries to every node.
 func Encode(msg proto.Message) (typeName string, payload []byte, err error) {
-	return AppendEncode(nil, msg)
-}
-
-// AppendEncode is Encode appending the bytes to buf (which may be reused
-// storage, as a recycled Broadcast's payload is).
-func AppendEncode(buf []byte, msg proto.Message) (typeName string, payload []byte, err error) {
 	if msg == nil || !msg.ProtoReflect().IsValid() {
 		return "", nil, ErrNilMessage
 	}
-	payload, err = proto.MarshalOptions{}.MarshalAppend(buf, msg)
+	payload, err = proto.Marshal(msg)
 	if err != nil {
 		return "", nil, fmt.Errorf("messages: encode %s: %w", msg.ProtoReflect().Descriptor().FullName(), err)
 	}

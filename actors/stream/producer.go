@@ -318,7 +318,6 @@ func (p *producer) takeWrites(ctx actor.Context) (more bool) {
 	p.taken, more = p.queue.Take(p.taken, p.cfg.MaxBatchMessages)
 	for _, w := range p.taken {
 		p.write(ctx, w)
-		w.Recycle() // buffered (copied) and delivered: a Broadcast may reuse it
 	}
 	if len(p.taken) == 0 {
 		return more

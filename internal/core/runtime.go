@@ -42,41 +42,6 @@ type Write struct {
 	// every node's envelopes carry it. 0 for a node-local store, whose
 	// cursors mean nothing elsewhere.
 	SharedCursor uint64
-	// pooled: from NewWrite, and nothing but its producer will hold it once
-	// queued; Recycle gives it back.
-	pooled bool
-}
-
-// writePool recycles Broadcast's Writes with their payload buffers: a
-// publishing node otherwise allocates both for every message, only for the
-// producer to copy the payload into its buffer and drop them. Every byte
-// allocated brings the next collection closer, which is what a memory
-// limit (GOMEMLIMIT) costs: docs/benchmarks.md, "Producer memory".
-var writePool = sync.Pool{New: func() any { return &Write{pooled: true} }}
-
-// maxPooledPayload bounds the payload buffer a recycled Write keeps: one
-// large broadcast must not pin its size in the pool.
-const maxPooledPayload = 4 << 10
-
-// NewWrite returns an empty Write whose Payload (length 0) may have room
-// from an earlier one, to encode into. Hand it to Enqueue or DeliverLocal;
-// the producer recycles it once it has buffered and delivered it.
-func NewWrite() *Write { return writePool.Get().(*Write) }
-
-// Recycle gives w back for a later NewWrite when it came from NewWrite and
-// nothing else may hold it or its Payload (a durable store may: Enqueue
-// keeps such a Write out of the pool). Call it once w is buffered (its
-// payload copied) and delivered; any other Write is left to the GC.
-func (w *Write) Recycle() {
-	if !w.pooled {
-		return
-	}
-	buf := w.Payload[:0]
-	if cap(buf) > maxPooledPayload {
-		buf = nil
-	}
-	*w = Write{Payload: buf, pooled: true}
-	writePool.Put(w)
 }
 
 // Epoch is the origin of Monotonic, fixed when the process starts.
@@ -254,9 +219,6 @@ func (rt *Runtime) Enqueue(wait Wait, from *actor.PID, w *Write) error {
 	g := rt.Group(from)
 	q := rt.Queues[g]
 	durable := rt.Durable != nil && w.OnlyNode == "" && rt.Durable.IsDurable(w.Topic)
-	if durable {
-		w.pooled = false // the store may keep w's payload (an in-memory one does)
-	}
 	var timeout <-chan time.Time
 	for {
 		// Under sendMu: a write accepted here is in its producer's queue
