@@ -448,10 +448,8 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if exclude && from == nil {
 		return fmt.Errorf("echopubsub: a ...From broadcast needs a sender PID")
 	}
-	// Not pooled: a pooled Write crosses from the producer's core back to a
-	// publisher's, and that cost more CPU than the allocation it saves
-	// (docs/benchmarks.md, issue 26 item 2).
-	w := &core.Write{}
+	// A value: the queue copies it (no allocation per Broadcast).
+	var w core.Write
 	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
 		return err
@@ -464,10 +462,10 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 		w.Exclude = delivery.Key(from)
 	}
 	if local {
-		ps.d.DeliverLocal(w) // hands out msg, never the payload
+		ps.d.DeliverLocal(&w) // hands out msg, never the payload
 		return nil
 	}
-	return ps.rt.Enqueue(wait, from, w)
+	return ps.rt.Enqueue(wait, from, &w)
 }
 
 // Broadcast sends msg to every subscriber of topic on every node, at least

@@ -13,14 +13,13 @@ import (
 // without protobuf's reflective marshal. A producer encodes a batch once and
 // sends the bytes to every node that needs that range (Encoded).
 //
-// An encoder is reused batch after batch (Reset); it is not safe for
-// concurrent use.
+// An encoder is reused batch after batch (Reset), keeping its storage (as
+// much as its largest batch); it is not safe for concurrent use.
 type BatchEncoder struct {
 	topics, types []string
 	// the packed columns, as varints: topic_index, type_index, payload_size
 	topicIdx, typeIdx, sizes []byte
-	payloads                 [][]byte // aliases: each must stay unchanged until Encode
-	payloadLen               int
+	payloads                 []byte // the payloads, one after the other
 	options                  []byte // the encoded options field (14), each entry's
 	n                        int
 }
@@ -37,20 +36,17 @@ type BatchHeader struct {
 
 // Reset empties the encoder for the next batch, keeping its storage.
 func (e *BatchEncoder) Reset() {
-	clear(e.payloads) // no alias outlives its batch
 	e.topics, e.types = e.topics[:0], e.types[:0]
 	e.topicIdx, e.typeIdx, e.sizes = e.topicIdx[:0], e.typeIdx[:0], e.sizes[:0]
-	e.payloads, e.payloadLen, e.options, e.n = e.payloads[:0], 0, e.options[:0], 0
+	e.payloads, e.options, e.n = e.payloads[:0], e.options[:0], 0
 }
 
-// Add appends one entry, as Batch.Add does. payload is not copied: it must
-// stay unchanged until Encode.
+// Add appends one entry, as Batch.Add does (payload is copied).
 func (e *BatchEncoder) Add(topic, payloadType string, payload []byte, exclude, onlyNode string, storeCursor uint64) {
-	e.topicIdx = protowire.AppendVarint(e.topicIdx, uint64(intern(&e.topics, topic)))
-	e.typeIdx = protowire.AppendVarint(e.typeIdx, uint64(intern(&e.types, payloadType)))
-	e.sizes = protowire.AppendVarint(e.sizes, uint64(len(payload)))
-	e.payloads = append(e.payloads, payload)
-	e.payloadLen += len(payload)
+	e.topicIdx = appendVarint(e.topicIdx, uint64(intern(&e.topics, topic)))
+	e.typeIdx = appendVarint(e.typeIdx, uint64(intern(&e.types, payloadType)))
+	e.sizes = appendVarint(e.sizes, uint64(len(payload)))
+	e.payloads = append(e.payloads, payload...)
 	if exclude != "" || onlyNode != "" || storeCursor != 0 {
 		n := 0
 		if e.n != 0 {
@@ -82,6 +78,15 @@ func (e *BatchEncoder) Add(topic, payloadType string, payload []byte, exclude, o
 		e.options = o
 	}
 	e.n++
+}
+
+// appendVarint is protowire.AppendVarint with the one-byte case inline:
+// batch columns are mostly small numbers.
+func appendVarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
 }
 
 // Len is the number of entries added since the last Reset.
@@ -121,11 +126,8 @@ func (e *BatchEncoder) Encode(h BatchHeader) []byte {
 			buf = protowire.AppendBytes(protowire.AppendTag(buf, protowire.Number(10+i), protowire.BytesType), col)
 		}
 	}
-	if e.payloadLen > 0 {
-		buf = protowire.AppendVarint(protowire.AppendTag(buf, 13, protowire.BytesType), uint64(e.payloadLen))
-		for _, p := range e.payloads {
-			buf = append(buf, p...)
-		}
+	if len(e.payloads) > 0 {
+		buf = protowire.AppendBytes(protowire.AppendTag(buf, 13, protowire.BytesType), e.payloads)
 	}
 	return append(buf, e.options...)
 }
@@ -162,8 +164,8 @@ func (e *BatchEncoder) size(h BatchHeader) int {
 			n += 1 + protowire.SizeBytes(len(col))
 		}
 	}
-	if e.payloadLen > 0 {
-		n += 1 + protowire.SizeBytes(e.payloadLen)
+	if len(e.payloads) > 0 {
+		n += 1 + protowire.SizeBytes(len(e.payloads))
 	}
 	return n + len(e.options)
 }

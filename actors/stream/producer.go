@@ -148,7 +148,6 @@ type producer struct {
 	root    *actor.PID
 	d       *delivery.Dispatcher
 	queue   *core.WriteQueue
-	taken   []*core.Write // the last writes taken from queue, reused
 	hook    faults.Hook
 	version uint32 // the newest protocol version spoken (faults.Pinned in tests)
 	m       *core.Metrics
@@ -314,12 +313,12 @@ func (p *producer) stopTimers() {
 // to one batch's worth (MaxBatchMessages), and sends at once each node's
 // full batches (see full): BatchInterval holds back only a part batch. It
 // reports whether writes are left (see takeMore).
-func (p *producer) takeWrites(ctx actor.Context) (more bool) {
-	p.taken, more = p.queue.Take(p.taken, p.cfg.MaxBatchMessages)
-	for _, w := range p.taken {
-		p.write(ctx, w)
+func (p *producer) takeWrites(ctx actor.Context) bool {
+	taken, more := p.queue.Take(p.cfg.MaxBatchMessages)
+	for i := range taken {
+		p.write(ctx, &taken[i])
 	}
-	if len(p.taken) == 0 {
+	if len(taken) == 0 {
 		return more
 	}
 	for _, pe := range p.peers {
@@ -623,7 +622,6 @@ func (p *producer) batch(d ringbuf.Decision, version uint32) *outBatch {
 	b.n = p.enc.Len()
 	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
 		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From}))
-	p.enc.Reset() // the encoder aliased the buffer's payloads
 	if p.recent == nil {
 		p.recent = make([]*outBatch, max(p.cfg.MaxBatchesInFlight, 1))
 	}

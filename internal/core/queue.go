@@ -8,13 +8,23 @@ import "sync"
 type WritesReady struct{}
 
 // WriteQueue carries one producer's writes from Broadcast (any goroutine)
-// to the producer actor in groups: Push appends under a mutex, the producer
-// Takes everything at once. Its length is bounded (MaxPendingWrites): Push
-// refuses when full and hands out a channel closed at the next Take, to
-// wait on for room.
+// to the producer actor in groups: Push copies a write in under a mutex, the
+// producer Takes them in order, a batch's worth at a time. The writes are
+// held by value, in arrays reused take after take: a Broadcast allocates no
+// Write (an allocation per message cost more than the copy). Its length is
+// bounded (MaxPendingWrites): Push refuses when full and hands out a
+// channel closed at the next Take, to wait on for room.
 type WriteQueue struct {
-	mu       sync.Mutex
-	writes   []*Write
+	mu sync.Mutex
+	// writes[head:] are queued; writes[:head] were taken (cleared once the
+	// taker is done with them, at its next Take).
+	writes []Write
+	head   int
+	// taken is what the last Take returned; lent is its array when that
+	// Take emptied the queue (the array is free again at the next Take).
+	taken    []Write
+	lent     []Write
+	spare    []Write       // an empty array for the queue to continue in
 	notified bool          // a WritesReady is on its way or being handled
 	room     chan struct{} // closed at the next Take; nil when nobody waits
 	max      int
@@ -24,46 +34,59 @@ type WriteQueue struct {
 // NewWriteQueue returns a queue holding at most max writes.
 func NewWriteQueue(max int) *WriteQueue { return &WriteQueue{max: max} }
 
-// Push appends w unless the queue holds max writes. notify: the caller must
-// send the producer a WritesReady (the queue was taken since the last one).
-// When full, room is closed at the next Take.
+// Push copies *w into the queue unless it holds max writes (w may be reused
+// afterwards). notify: the caller must send the producer a WritesReady (the
+// queue was taken since the last one). When full, room is closed at the
+// next Take.
 func (q *WriteQueue) Push(w *Write) (ok, notify bool, room <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.writes)+q.reserved >= q.max {
+	if len(q.writes)-q.head+q.reserved >= q.max {
 		if q.room == nil {
 			q.room = make(chan struct{})
 		}
 		return false, false, q.room
 	}
-	q.writes = append(q.writes, w)
+	q.writes = append(q.writes, *w)
 	notify = !q.notified
 	q.notified = true
 	return true, notify, nil
 }
 
 // Take returns the queued writes, in Push order, up to max of them, and
-// removes them from the queue, reusing spare (the slice the previous Take
-// returned, done with) for the next writes. It wakes the pushers waiting
-// for room. more: writes are left; the queue stays notified (Push sends no
+// removes them from the queue. The caller may read (and change) them until
+// its next Take, which clears them. It wakes the pushers waiting for room.
+// more: writes are left; the queue stays notified (Push sends no
 // WritesReady for them), so the caller takes them itself, after whatever
 // else it has to handle (the producer sends itself a WritesReady).
-func (q *WriteQueue) Take(spare []*Write, max int) (ws []*Write, more bool) {
-	clear(spare)
+func (q *WriteQueue) Take(max int) (ws []Write, more bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.writes) <= max {
-		ws = q.writes
-		q.writes = spare[:0]
+	// The last Take's writes are done with: drop what they reference. The
+	// pushers append past len(writes), never over them.
+	clear(q.taken)
+	if q.lent != nil {
+		q.spare, q.lent = q.lent[:0], nil
+	}
+	if q.head > 0 && q.head >= len(q.writes)-q.head {
+		// More taken than queued: move the queued ones to the front, so
+		// the array does not grow while the queue never empties. Each
+		// write is moved at most once per time it is queued, on average.
+		n := copy(q.writes, q.writes[q.head:])
+		clear(q.writes[n:])
+		q.writes, q.head = q.writes[:n], 0
+	}
+	if len(q.writes)-q.head <= max {
+		ws = q.writes[q.head:]
+		q.lent = q.writes
+		q.writes, q.head, q.spare = q.spare, 0, nil
 		q.notified = false
 	} else {
-		// Copied out rather than resliced: the rest stays at the front of
-		// the queue's array, which the next Push appends to.
-		ws = append(spare[:0], q.writes[:max]...)
-		n := copy(q.writes, q.writes[max:])
-		clear(q.writes[n:])
-		q.writes, more = q.writes[:n], true
+		ws = q.writes[q.head : q.head+max : q.head+max]
+		q.head += max
+		more = true
 	}
+	q.taken = ws
 	if q.room != nil {
 		close(q.room)
 		q.room = nil
@@ -75,7 +98,7 @@ func (q *WriteQueue) Take(spare []*Write, max int) (ws []*Write, more bool) {
 func (q *WriteQueue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.writes)
+	return len(q.writes) - q.head
 }
 
 // Reserve takes room for one write without queueing it (a durable write is
@@ -84,7 +107,7 @@ func (q *WriteQueue) Len() int {
 func (q *WriteQueue) Reserve() (ok bool, room <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.writes)+q.reserved >= q.max {
+	if len(q.writes)-q.head+q.reserved >= q.max {
 		if q.room == nil {
 			q.room = make(chan struct{})
 		}
@@ -94,12 +117,13 @@ func (q *WriteQueue) Reserve() (ok bool, room <-chan struct{}) {
 	return true, nil
 }
 
-// PushReserved queues w in the room Reserve took; notify as for Push.
+// PushReserved queues a copy of *w in the room Reserve took; notify as for
+// Push.
 func (q *WriteQueue) PushReserved(w *Write) (notify bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.reserved--
-	q.writes = append(q.writes, w)
+	q.writes = append(q.writes, *w)
 	notify = !q.notified
 	q.notified = true
 	return notify

@@ -1,6 +1,11 @@
 package core
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+
+	"pgregory.net/rapid"
+)
 
 // A reserved slot counts as queued: a durable write holds its room while
 // it is appended, and gives it back (waking waiters) if the append fails.
@@ -29,7 +34,7 @@ func TestWriteQueueReserve(t *testing.T) {
 		t.Fatal("Reserve after Release failed")
 	}
 	q.PushReserved(&Write{Topic: "c"})
-	if ws, more := q.Take(nil, 2); more || len(ws) != 2 || ws[0].Topic != "a" || ws[1].Topic != "c" {
+	if ws, more := q.Take(2); more || len(ws) != 2 || ws[0].Topic != "a" || ws[1].Topic != "c" {
 		t.Fatalf("Take: %v", ws)
 	}
 	if ok, _ := q.Reserve(); !ok {
@@ -47,18 +52,80 @@ func TestWriteQueueTakeUpTo(t *testing.T) {
 			t.Fatalf("Push %s: ok %v, notify %v", topic, ok, notify)
 		}
 	}
-	ws, more := q.Take(nil, 2)
+	ws, more := q.Take(2)
 	if !more || len(ws) != 2 || ws[0].Topic != "a" || ws[1].Topic != "b" {
 		t.Fatalf("first Take: %d writes, more %v", len(ws), more)
 	}
 	if _, notify, _ := q.Push(&Write{Topic: "d"}); notify {
 		t.Fatal("Push after a part Take asked for a WritesReady: the taker takes the rest itself")
 	}
-	ws, more = q.Take(ws, 2)
+	ws, more = q.Take(2)
 	if more || len(ws) != 2 || ws[0].Topic != "c" || ws[1].Topic != "d" {
 		t.Fatalf("second Take: %d writes, more %v", len(ws), more)
 	}
 	if _, notify, _ := q.Push(&Write{Topic: "e"}); !notify {
 		t.Fatal("Push after the queue was emptied sent no WritesReady")
 	}
+}
+
+// The queue against a model, for any mix of pushes and takes: writes come
+// out in push order, each once, a take at most max of them; a Push copies
+// the write (the caller may reuse it); a take's writes stay as they are
+// until the next take, which drops them (clears or reuses their slots); and the queue's array stays within a few times
+// its bound however long it goes without emptying.
+func TestWriteQueueModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		const bound = 16
+		q := NewWriteQueue(bound)
+		var model []string // queued topics, in order
+		next := 0
+		var last []Write // the last take's writes
+		var lastTopics []string
+		pushes := rapid.IntRange(1, 8).Draw(t, "pushes per take") // many: the queue never empties
+		for step := 0; step < 400; step++ {
+			if rapid.IntRange(0, pushes).Draw(t, "op") > 0 {
+				w := Write{Topic: strconv.Itoa(next)}
+				ok, _, _ := q.Push(&w)
+				if ok != (len(model) < bound) {
+					t.Fatalf("Push with %d queued of %d: ok %v", len(model), bound, ok)
+				}
+				w.Topic = "reused by the caller"
+				if ok {
+					model = append(model, strconv.Itoa(next))
+					next++
+				}
+			} else {
+				for i, w := range last { // untouched until this take
+					if w.Topic != lastTopics[i] {
+						t.Fatalf("taken write %d changed to %q before the next Take", i, w.Topic)
+					}
+				}
+				max := rapid.IntRange(1, 8).Draw(t, "max")
+				ws, more := q.Take(max)
+				for i, w := range last { // cleared, or reused for writes queued since
+					if w.Topic == lastTopics[i] {
+						t.Fatalf("the queue still holds the last take's write %d (%q)", i, w.Topic)
+					}
+				}
+				want := min(max, len(model))
+				if len(ws) != want || more != (len(model) > max) {
+					t.Fatalf("Take(%d) of %d: %d writes, more %v", max, len(model), len(ws), more)
+				}
+				lastTopics = lastTopics[:0]
+				for i, w := range ws {
+					if w.Topic != model[i] {
+						t.Fatalf("Take gave %q at %d, want %q", w.Topic, i, model[i])
+					}
+					lastTopics = append(lastTopics, w.Topic)
+				}
+				model, last = model[want:], ws
+			}
+			if q.Len() != len(model) {
+				t.Fatalf("Len %d, model %d", q.Len(), len(model))
+			}
+			if c := cap(q.writes); c > 8*bound {
+				t.Fatalf("the queue's array grew to %d for a bound of %d", c, bound)
+			}
+		}
+	})
 }

@@ -241,11 +241,15 @@ func (rt *Runtime) Enqueue(wait Wait, from *actor.PID, w *Write) error {
 			// queued (a Close waits for it under sendMu), and an append that
 			// fails queues nothing.
 			if ok, room = q.Reserve(); ok {
-				if err := rt.Durable.Publish(ctx, w); err != nil {
+				// A copy for the store, which may keep it: w itself stays
+				// the caller's (a non-durable Broadcast allocates none).
+				dw := *w
+				if err := rt.Durable.Publish(ctx, &dw); err != nil {
 					q.Release()
 					rt.sendMu.RUnlock()
 					return err
 				}
+				*w = dw // the store set its cursors
 				notify = q.PushReserved(w)
 			}
 		} else {
