@@ -58,13 +58,12 @@ func TypeOf(mt protoreflect.MessageType) Type {
 	if mt == nil {
 		return t
 	}
-	// A generated type's zero message is a nil pointer to its struct.
+	// A generated type's zero message is a nil pointer to its struct (which
+	// is a proto.Message of type mt). Checked without allocating: a
+	// receiving node resolves its types once per batch.
 	z := mt.Zero().Interface()
 	v := reflect.ValueOf(z)
-	if v.Kind() != reflect.Pointer || !v.IsNil() || v.Type().Elem().Kind() != reflect.Struct {
-		return t
-	}
-	if m, ok := reflect.New(v.Type().Elem()).Interface().(proto.Message); ok && m.ProtoReflect().Type() == mt {
+	if v.Kind() == reflect.Pointer && v.IsNil() && v.Type().Elem().Kind() == reflect.Struct && z.ProtoReflect().Type() == mt {
 		t.goType = v.Type().Elem()
 	}
 	return t
