@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -154,5 +156,40 @@ func TestWorkerTakesAnEncodedBatch(t *testing.T) {
 	}
 	if _, ba := ask(t, w, messages.Encoded([]byte{0x12, 0x09})); ba.Status != messages.AckStatus_ACK_STATUS_REJECTED || ba.Error == "" {
 		t.Fatalf("bad encoding answered %v %q, want a rejection with a reason", ba.Status, ba.Error)
+	}
+}
+
+// fromHook records the producer node the worker names to its hook.
+type fromHook struct {
+	*model
+	from []string
+}
+
+func (h *fromHook) Receive(from string, _ proto.Message) error {
+	h.from = append(h.from, from)
+	return nil
+}
+
+func (h *fromHook) Acked(from string, _ proto.Message) { h.from = append(h.from, from) }
+
+// The fault hook of a worker handed an encoded batch in process is told
+// the batch's producer, as for a batch that crossed the wire (a test that
+// cuts or counts a node's batches keys on it).
+func TestWorkerHookSeesAnEncodedBatchsProducer(t *testing.T) {
+	fw := newFuzzWorker()
+	w := fw.w.(*worker)
+	if ra, _ := ask(t, w, join("p", 1)); ra.Status != messages.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("join refused: %v %q", ra.Status, ra.Error)
+	}
+	h := &fromHook{model: fw.m}
+	w.hook = h
+	var e messages.BatchEncoder
+	e.Add("t", "echopubsub.v1.CursorExpired", []byte{0x08, 1}, "", "", 0)
+	hd := messages.BatchHeader{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz", ProducerNode: "p", ProducerIncarnation: 1, Group: 1}
+	if _, ba := ask(t, w, messages.Encoded(e.Encode(hd))); ba.Status != messages.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("encoded batch answered %v %q", ba.Status, ba.Error)
+	}
+	if len(h.from) != 2 || h.from[0] != "p" || h.from[1] != "p" {
+		t.Fatalf("the hook was told the batch came from %q, want \"p\" on receive and on ack", h.from)
 	}
 }

@@ -124,8 +124,18 @@ func newWorker(cfg core.Config, group uint32, node string, inc uint64, started t
 }
 
 func (w *worker) Receive(ctx actor.Context) {
+	msg := ctx.Message()
+	if b, ok := msg.(*messages.Batch); ok {
+		// A producer's batch is sent encoded (messages.Encoded): the wire
+		// decodes it; one handed over in process is decoded here, before
+		// its producer is read. Bad bytes leave the empty batch, which
+		// check rejects.
+		if d, err := b.Decoded(); err == nil {
+			msg = d
+		}
+	}
 	var from string
-	switch m := ctx.Message().(type) {
+	switch m := msg.(type) {
 	case *messages.Batch:
 		from = m.ProducerNode
 	case *messages.Register:
@@ -137,15 +147,7 @@ func (w *worker) Receive(ctx actor.Context) {
 	default:
 		return // lifecycle messages
 	}
-	req := ctx.Message().(proto.Message)
-	if b, ok := req.(*messages.Batch); ok {
-		// A producer's batch is sent encoded (messages.Encoded): the wire
-		// decodes it; one handed over in process is decoded here. Bad bytes
-		// leave the empty batch, which check rejects.
-		if d, err := b.Decoded(); err == nil {
-			req = d
-		}
-	}
+	req := msg.(proto.Message)
 	if w.hook != nil {
 		if err := w.hook.Receive(from, req); err != nil {
 			return // dropped unanswered, as a lost request

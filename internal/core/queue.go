@@ -47,10 +47,25 @@ func (q *WriteQueue) Push(w *Write) (ok, notify bool, room <-chan struct{}) {
 		}
 		return false, false, q.room
 	}
-	q.writes = append(q.writes, *w)
+	q.add(w)
 	notify = !q.notified
 	q.notified = true
 	return true, notify, nil
+}
+
+// add appends a copy of *w. When the array is full while the taker holds
+// writes[:head] (a part Take), the queued writes move to a new array of
+// their own: append would copy the whole array, reading the writes the
+// taker may still read and change (a data race), and leave copies of them
+// in the new array that the next Take would not clear.
+func (q *WriteQueue) add(w *Write) {
+	if q.head > 0 && len(q.writes) == cap(q.writes) {
+		n := len(q.writes) - q.head
+		ws := make([]Write, n, max(2*n, 8))
+		copy(ws, q.writes[q.head:])
+		q.writes, q.head = ws, 0
+	}
+	q.writes = append(q.writes, *w)
 }
 
 // Take returns the queued writes, in Push order, up to max of them, and
@@ -123,7 +138,7 @@ func (q *WriteQueue) PushReserved(w *Write) (notify bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.reserved--
-	q.writes = append(q.writes, *w)
+	q.add(w)
 	notify = !q.notified
 	q.notified = true
 	return notify

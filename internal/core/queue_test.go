@@ -119,6 +119,14 @@ func TestWriteQueueModel(t *testing.T) {
 					lastTopics = append(lastTopics, w.Topic)
 				}
 				model, last = model[want:], ws
+				// Nothing else stays referenced: the array the queue
+				// continues in holds only the queued writes and, for a
+				// part take, the writes just taken.
+				for i, w := range q.writes[:cap(q.writes)] {
+					if (i < q.head-len(ws) || i >= len(q.writes)) && w.Topic != "" {
+						t.Fatalf("the queue's array keeps write %q at %d (head %d, len %d)", w.Topic, i, q.head, len(q.writes))
+					}
+				}
 			}
 			if q.Len() != len(model) {
 				t.Fatalf("Len %d, model %d", q.Len(), len(model))
