@@ -172,7 +172,7 @@ func parseFlags(args []string) (*options, error) {
 	from := fs.String("from", "", "do not run: render -doc from a results.json a previous run saved")
 	memory := fs.Bool("memory", false, "node 0's memory with BufferSize 2 x N full (issue 26 item 4): EchoPubSub, 3 nodes, payloads 10,200, N=1e6, 100ms, each -memlimit; -doc writes only its section")
 	memLimits := fs.String("memlimit", "off,auto", "with -memory: node 0's GOMEMLIMIT per run: off, auto (Config.MemoryLimit) or a size such as 300MiB")
-	traceTail := fs.Bool("trace-tail", false, "latency runs only, each message traced: the stages of the median and of the tail (>= p99) across the processes, and the Go runtime of each process (issue 26 item 3)")
+	traceTail := fs.Bool("trace-tail", false, "latency runs only, each message traced: the stages of the median and of the tail (>= p99) across the processes, and the Go runtime of each process (issue 26 item 3); with -profile, CPU profiles of nodes 0 and 1 over the latency run (<scenario>.n<i>.cpu.pprof in -logdir)")
 	traceFrom := fs.String("trace-from", "", "do not run: analyse a trace a -trace-tail run saved (<scenario>.trace.json in its -logdir)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -370,7 +370,7 @@ func runAll(o *options) ([]result, error) {
 	m := o.matrix()
 	p := newProgress(len(m), o.quiet)
 	p.note("bench: %d scenarios, logs in %s", len(m), dir)
-	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, maxFlight: o.maxFlight, traceTail: o.traceTail, progress: p}
+	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, maxFlight: o.maxFlight, traceTail: o.traceTail, traceProfile: o.traceTail && o.profile, progress: p}
 	var out []result
 	for _, s := range m {
 		p.next()

@@ -103,9 +103,10 @@ type runner struct {
 	maxBatch, maxPending, maxFlight int
 	// memory: sample node 0's memory and keep its heap profile (-memory).
 	memory bool
-	// traceTail: trace each message of the latency runs (-trace-tail).
-	traceTail bool
-	progress  *progress
+	// traceTail: trace each message of the latency runs (-trace-tail);
+	// with traceProfile, CPU-profile nodes 0 and 1 over them too.
+	traceTail, traceProfile bool
+	progress                *progress
 }
 
 func (r *runner) run(s scenario) (res result) {
@@ -202,12 +203,28 @@ func (r *runner) runErr(s scenario, res *result) error {
 	for _, p := range nodes {
 		tin.CPU, tin.RunQ = append(tin.CPU, p.cpu()), append(tin.RunQ, proc.RunQueueWait(p.Pid()))
 	}
+	traceProf := r.traceTail && r.traceProfile && s.Rate > 0
+	if traceProf {
+		for _, i := range []int{0, 1} {
+			path := filepath.Join(r.dir, fmt.Sprintf("%s.n%d.cpu.pprof", tag, i))
+			if _, err := nodes[i].call(cmd{Op: "prof_start", Path: path}, 5*time.Second); err != nil {
+				return err
+			}
+		}
+	}
 	for rep := 1; rep <= reps; rep++ {
 		rr, err := r.rep(s, nodes, rep, false)
 		if err != nil {
 			return err
 		}
 		res.Reps = append(res.Reps, rr)
+	}
+	if traceProf {
+		for _, i := range []int{0, 1} {
+			if _, err := nodes[i].call(cmd{Op: "prof_stop"}, 10*time.Second); err != nil {
+				return err
+			}
+		}
 	}
 	for i, p := range nodes {
 		tin.CPU[i], tin.RunQ[i] = p.cpu()-tin.CPU[i], proc.RunQueueWait(p.Pid())-tin.RunQ[i]
