@@ -22,6 +22,7 @@ type collState struct {
 	seen                 [][]uint64 // per publisher: a bitmap of i
 	last                 []int      // per publisher: the highest i seen, -1 none
 	latency              []int64    // ns, when recording
+	recs                 []tailRec  // each message, when tracing (-trace-tail)
 
 	unique, dups, stray, reorders, outOfRange atomic.Int64
 	notices                                   atomic.Int64
@@ -32,6 +33,7 @@ type collState struct {
 type Collector struct {
 	st     atomic.Pointer[collState]
 	record atomic.Bool
+	trace  bool // record each message of a latency run (set before the first Reset that counts)
 }
 
 func newCollector() *Collector {
@@ -50,6 +52,9 @@ func (c *Collector) Reset(rep, pubs, n int, latency bool) {
 	}
 	if latency {
 		s.latency = make([]int64, 0, n)
+		if c.trace {
+			s.recs = make([]tailRec, 0, n)
+		}
 	}
 	c.record.Store(latency)
 	c.st.Store(s)
@@ -83,7 +88,11 @@ func (c *Collector) Add(seq uint64, sent int64) {
 	// receiving node ~10% of its CPU (measured), charged to the system
 	// under test.
 	if s.latency != nil && sent > 0 {
-		s.latency = append(s.latency, time.Now().UnixNano()-sent)
+		now := time.Now().UnixNano()
+		s.latency = append(s.latency, now-sent)
+		if s.recs != nil {
+			s.recs = append(s.recs, tailRec{Seq: seq, Sent: sent, Recv: now})
+		}
 	}
 	if s.unique.Add(1) == int64(s.n) {
 		s.doneAt.Store(time.Now().UnixNano())
@@ -112,6 +121,10 @@ func (c *Collector) Status() CollStatus {
 		Reorders: s.reorders.Load(), OutOfRange: s.outOfRange.Load(), Notices: s.notices.Load(),
 		DoneAt: s.doneAt.Load()}
 }
+
+// Traced returns the messages recorded when tracing. Call it only once the
+// repetition is over.
+func (c *Collector) Traced() []tailRec { return c.st.Load().recs }
 
 // Latencies returns a sorted copy of the recorded latencies. Call it only
 // once the repetition is over (the slice is written by the deliverer).

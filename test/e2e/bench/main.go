@@ -93,6 +93,7 @@ type options struct {
 	warmup     int
 	maxBatch   int
 	maxPending int
+	maxFlight  int
 	rate       int
 	latSecs    float64
 	latency    bool
@@ -107,6 +108,8 @@ type options struct {
 	cmdline    string
 	memory     bool
 	memLimits  string
+	traceTail  bool
+	traceFrom  string
 }
 
 // savedOptions is what a report needs of the options, saved with a run.
@@ -165,9 +168,12 @@ func parseFlags(args []string) (*options, error) {
 	logDir := fs.String("logdir", "", "node logs and profiles (default: a new temporary directory)")
 	maxBatch := fs.Int("max-batch-messages", 0, "experiment: EchoPubSub Config.MaxBatchMessages (0: library default)")
 	maxPending := fs.Int("max-pending-writes", 0, "experiment: EchoPubSub Config.MaxPendingWrites (0: library default)")
+	maxFlight := fs.Int("max-batches-in-flight", 0, "experiment: EchoPubSub Config.MaxBatchesInFlight (0: library default)")
 	from := fs.String("from", "", "do not run: render -doc from a results.json a previous run saved")
 	memory := fs.Bool("memory", false, "node 0's memory with BufferSize 2 x N full (issue 26 item 4): EchoPubSub, 3 nodes, payloads 10,200, N=1e6, 100ms, each -memlimit; -doc writes only its section")
 	memLimits := fs.String("memlimit", "off,auto", "with -memory: node 0's GOMEMLIMIT per run: off, auto (Config.MemoryLimit) or a size such as 300MiB")
+	traceTail := fs.Bool("trace-tail", false, "latency runs only, each message traced: the stages of the median and of the tail (>= p99) across the processes, and the Go runtime of each process (issue 26 item 3); with -profile, CPU profiles of nodes 0 and 1 over the latency run (<scenario>.n<i>.cpu.pprof in -logdir)")
+	traceFrom := fs.String("trace-from", "", "do not run: analyse a trace a -trace-tail run saved (<scenario>.trace.json in its -logdir)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -210,8 +216,11 @@ func parseFlags(args []string) (*options, error) {
 	}
 	o := &options{systems: strings.Split(*systems, ","), n: *n, n0: *n0, reps: *reps, pubs: *pubs, warmup: *warmup, rate: *rate,
 		latSecs: *latSecs, latency: *latency, profile: *profile, stall: *stall, doc: *doc, jsonOut: *jsonOut,
-		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, nPeer: map[string]int{},
-		memory: *memory, memLimits: *memLimits}
+		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, maxFlight: *maxFlight, nPeer: map[string]int{},
+		memory: *memory, memLimits: *memLimits, traceTail: *traceTail, traceFrom: *traceFrom}
+	if o.traceTail {
+		o.latency = true
+	}
 	for _, s := range o.systems {
 		if !contains(allSystems, s) {
 			return nil, fmt.Errorf("-systems: unknown %q (known: %s)", s, strings.Join(allSystems, ", "))
@@ -291,6 +300,9 @@ func contains[T comparable](xs []T, x T) bool {
 // matrix lists the scenarios of o, in the order they run.
 func (o *options) matrix() []scenario {
 	var out []scenario
+	if o.traceTail {
+		return o.latencyScenarios(out)
+	}
 	nFor := func(sys string, iv time.Duration) int {
 		if v, ok := o.nPeer[sys]; ok {
 			return v
@@ -322,15 +334,21 @@ func (o *options) matrix() []scenario {
 		}
 	}
 	if o.latency {
-		n := int(float64(o.rate) * o.latSecs)
-		for _, sys := range o.systems {
-			ivs := []time.Duration{0}
-			if sys == sysOurs {
-				ivs = o.intervals
-			}
-			for _, iv := range ivs {
-				out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: o.rate})
-			}
+		out = o.latencyScenarios(out)
+	}
+	return out
+}
+
+// latencyScenarios appends the latency runs to out.
+func (o *options) latencyScenarios(out []scenario) []scenario {
+	n := int(float64(o.rate) * o.latSecs)
+	for _, sys := range o.systems {
+		ivs := []time.Duration{0}
+		if sys == sysOurs {
+			ivs = o.intervals
+		}
+		for _, iv := range ivs {
+			out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: o.rate})
 		}
 	}
 	return out
@@ -352,7 +370,7 @@ func runAll(o *options) ([]result, error) {
 	m := o.matrix()
 	p := newProgress(len(m), o.quiet)
 	p.note("bench: %d scenarios, logs in %s", len(m), dir)
-	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, progress: p}
+	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, maxFlight: o.maxFlight, traceTail: o.traceTail, traceProfile: o.traceTail && o.profile, progress: p}
 	var out []result
 	for _, s := range m {
 		p.next()
@@ -372,6 +390,14 @@ func coordMain(args []string) error {
 	}
 	if o.memory {
 		return memoryMain(o)
+	}
+	if o.traceFrom != "" {
+		in, err := loadTail(o.traceFrom)
+		if err != nil {
+			return err
+		}
+		fmt.Print(tailAnalysis(in))
+		return nil
 	}
 	var rep *report
 	if o.from != "" {
@@ -414,6 +440,11 @@ func coordMain(args []string) error {
 		fmt.Fprintf(os.Stderr, "results saved in %s (re-render with -from)\n", path)
 	}
 	fmt.Print(rep.tables())
+	for _, r := range rep.results {
+		if r.TailTrace != "" {
+			fmt.Printf("\n== tail trace: %s\n%s", r.label(), r.TailTrace)
+		}
+	}
 	if o.doc != "" {
 		if err := os.WriteFile(o.chart, []byte(rep.svg()), 0o644); err != nil {
 			return err

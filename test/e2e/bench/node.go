@@ -40,6 +40,7 @@ type nodeProc struct {
 	publish *pubRun
 	prof    *os.File
 	mem     *memSampler // nil unless cfg.MemSample
+	tracer  *tailTracer // nil unless cfg.TraceTail
 }
 
 type pubRun struct {
@@ -60,10 +61,14 @@ func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
 	if cfg.MemSample {
 		n.mem = startMemSampler(20 * time.Millisecond)
 	}
+	if cfg.TraceTail {
+		n.tracer = newTailTracer()
+		n.coll.trace = true
+	}
 	var err error
 	switch cfg.System {
 	case sysOurs:
-		n.sys, err = startOurs(cfg, n.coll)
+		n.sys, err = startOurs(cfg, n.coll, n.tracer)
 	case sysRaw:
 		n.sys, err = startRaw(cfg, n.coll)
 	case sysCluster:
@@ -104,6 +109,13 @@ func (n *nodeProc) handle(c cmd) {
 		reply.OK, reply.Why = n.sys.ready()
 	case "reset":
 		n.coll.Reset(c.Rep, c.Pubs, c.N, c.Latency)
+		if n.tracer != nil {
+			n.tracer.reset()
+		}
+	case "trace":
+		if n.tracer != nil {
+			reply.Trace = n.tracer.report(n.coll.Traced())
+		}
 	case "status":
 		st := n.coll.Status()
 		reply.Coll = &st

@@ -35,10 +35,13 @@ type nodeConfig struct {
 	Buffer        int           `json:"buffer"`
 	Pubs          int           `json:"pubs"`
 	// EchoPubSub overrides (0: library default), for experiments.
-	MaxBatchMessages int `json:"max_batch_messages,omitempty"`
-	MaxPendingWrites int `json:"max_pending_writes,omitempty"`
+	MaxBatchMessages   int `json:"max_batch_messages,omitempty"`
+	MaxPendingWrites   int `json:"max_pending_writes,omitempty"`
+	MaxBatchesInFlight int `json:"max_batches_in_flight,omitempty"`
 	// MemSample: sample the process's memory (memsample.go) for "memstats".
 	MemSample bool `json:"mem_sample,omitempty"`
+	// TraceTail: trace each message of the latency runs (tailtrace.go).
+	TraceTail bool `json:"trace_tail,omitempty"`
 	// nats server role
 	NatsPort int    `json:"nats_port,omitempty"`
 	StoreDir string `json:"store_dir,omitempty"`
@@ -46,7 +49,7 @@ type nodeConfig struct {
 
 type cmd struct {
 	ID  int64  `json:"id"`
-	Op  string `json:"op"` // ready, reset, publish, status, latency, prof_start, prof_stop, memstats, heapprof, quit
+	Op  string `json:"op"` // ready, reset, publish, status, latency, prof_start, prof_stop, memstats, heapprof, trace, quit
 	Rep int    `json:"rep,omitempty"`
 	N   int    `json:"n,omitempty"`
 	// publish
@@ -75,6 +78,8 @@ type event struct {
 	Lat *latSummary `json:"lat,omitempty"`
 	// memstats
 	Mem *memStats `json:"mem,omitempty"`
+	// trace (-trace-tail)
+	Trace *nodeTrace `json:"trace,omitempty"`
 }
 
 type latSummary struct {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
@@ -87,7 +88,10 @@ type result struct {
 	ProfileFiles map[string]string `json:"profile_files,omitempty"`
 	// Mem: node 0's memory at its peak and at the end (-memory runs).
 	Mem *memStats `json:"mem,omitempty"`
-	Err string    `json:"err,omitempty"`
+	// TailTrace: the stages of the latency run's median and tail
+	// (-trace-tail, tailreport.go).
+	TailTrace string `json:"tail_trace,omitempty"`
+	Err       string `json:"err,omitempty"`
 }
 
 // runner runs scenarios, one fresh set of processes each.
@@ -96,10 +100,13 @@ type runner struct {
 	stall  time.Duration
 	warmup int // messages of the uncounted first repetition; 0 none
 	// EchoPubSub config overrides for experiments (0: library default).
-	maxBatch, maxPending int
+	maxBatch, maxPending, maxFlight int
 	// memory: sample node 0's memory and keep its heap profile (-memory).
-	memory   bool
-	progress *progress
+	memory bool
+	// traceTail: trace each message of the latency runs (-trace-tail);
+	// with traceProfile, CPU-profile nodes 0 and 1 over them too.
+	traceTail, traceProfile bool
+	progress                *progress
 }
 
 func (r *runner) run(s scenario) (res result) {
@@ -153,7 +160,8 @@ func (r *runner) runErr(s scenario, res *result) error {
 			defer wg.Done()
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
-				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MemSample: r.memory && i == 0}
+				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MaxBatchesInFlight: r.maxFlight, MemSample: r.memory && i == 0,
+				TraceTail: r.traceTail && s.Rate > 0}
 			var env []string
 			if i == 0 && s.MemLimit > 0 {
 				env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", s.MemLimit))
@@ -188,12 +196,38 @@ func (r *runner) runErr(s scenario, res *result) error {
 		}
 	}
 	cpu0, runq0 := cpuOf(procs), runQueueOf(procs)
+	tin := &tailInput{System: s.System, Addrs: addrs, Window: r.maxFlight}
+	if tin.Window == 0 {
+		tin.Window = echopubsub.DefaultConfig("bench").MaxBatchesInFlight
+	}
+	for _, p := range nodes {
+		tin.CPU, tin.RunQ = append(tin.CPU, p.cpu()), append(tin.RunQ, proc.RunQueueWait(p.Pid()))
+	}
+	traceProf := r.traceTail && r.traceProfile && s.Rate > 0
+	if traceProf {
+		for _, i := range []int{0, 1} {
+			path := filepath.Join(r.dir, fmt.Sprintf("%s.n%d.cpu.pprof", tag, i))
+			if _, err := nodes[i].call(cmd{Op: "prof_start", Path: path}, 5*time.Second); err != nil {
+				return err
+			}
+		}
+	}
 	for rep := 1; rep <= reps; rep++ {
 		rr, err := r.rep(s, nodes, rep, false)
 		if err != nil {
 			return err
 		}
 		res.Reps = append(res.Reps, rr)
+	}
+	if traceProf {
+		for _, i := range []int{0, 1} {
+			if _, err := nodes[i].call(cmd{Op: "prof_stop"}, 10*time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	for i, p := range nodes {
+		tin.CPU[i], tin.RunQ[i] = p.cpu()-tin.CPU[i], proc.RunQueueWait(p.Pid())-tin.RunQ[i]
 	}
 	if deliveries := float64(s.N) * float64(s.Nodes) * float64(reps); s.Rate == 0 && deliveries > 0 {
 		res.CPUNsPerDelivery = float64(cpuOf(procs)-cpu0) / deliveries
@@ -248,6 +282,11 @@ func (r *runner) runErr(s scenario, res *result) error {
 			}
 			res.Lat = &latResult{Count: len(all), P50: ms(0.50), P99: ms(0.99), Max: float64(all[len(all)-1]) / 1e6}
 		}
+		if r.traceTail {
+			if err := r.traceRun(tin, nodes, tag, res); err != nil {
+				return err
+			}
+		}
 	}
 	if r.memory {
 		if err := r.collectMem(nodes[0], tag, res); err != nil {
@@ -269,6 +308,31 @@ func (r *runner) runErr(s scenario, res *result) error {
 	if len(times) > 0 {
 		res.MsgPerSec = float64(s.N) / median(times)
 	}
+	return nil
+}
+
+// traceRun gathers each node's trace of the latency run, saves it
+// (<tag>.trace.json) and analyses it into res.TailTrace.
+func (r *runner) traceRun(in *tailInput, nodes []*child, tag string, res *result) error {
+	for _, p := range nodes {
+		ev, err := p.call(cmd{Op: "trace"}, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		if ev.Trace == nil {
+			return fmt.Errorf("%s: no trace", p.Name())
+		}
+		in.Traces = append(in.Traces, ev.Trace)
+	}
+	in.Start = math.MaxInt64
+	for _, m := range in.Traces[1].Msgs {
+		in.Start = min(in.Start, m.Sent)
+	}
+	path := filepath.Join(r.dir, tag+".trace.json")
+	if err := saveTail(path, in); err != nil {
+		return err
+	}
+	res.TailTrace = tailAnalysis(in) + "(trace: " + path + ")\n"
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -61,7 +62,9 @@ type ours struct {
 	peers  int
 }
 
-func startOurs(cfg nodeConfig, coll *Collector) (system, error) {
+// startOurs starts EchoPubSub; with a tracer (-trace-tail) it is the fault
+// hook and records the producer's Flushed events.
+func startOurs(cfg nodeConfig, coll *Collector, tr *tailTracer) (system, error) {
 	log := nodeLog()
 	host, port, err := hostPort(cfg.Addrs[cfg.Index])
 	if err != nil {
@@ -81,7 +84,15 @@ func startOurs(cfg nodeConfig, coll *Collector) (system, error) {
 	if cfg.MaxPendingWrites > 0 {
 		c.MaxPendingWrites = cfg.MaxPendingWrites
 	}
-	ps, err := echopubsub.Start(sys, c, echopubsub.WithMembership(cluster.NewStatic(cfg.Addrs...)), echopubsub.WithLogger(log))
+	if cfg.MaxBatchesInFlight > 0 {
+		c.MaxBatchesInFlight = cfg.MaxBatchesInFlight
+	}
+	opts := []echopubsub.Option{echopubsub.WithMembership(cluster.NewStatic(cfg.Addrs...)), echopubsub.WithLogger(log)}
+	if tr != nil {
+		opts = append(opts, faults.Option(tr).(echopubsub.Option))
+		sys.EventStream.Subscribe(tr.flushed)
+	}
+	ps, err := echopubsub.Start(sys, c, opts...)
 	if err != nil {
 		r.Shutdown(false)
 		return nil, err
