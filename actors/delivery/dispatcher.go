@@ -218,12 +218,27 @@ type Item struct {
 	// StoreCursor is the message's row in this node's durable store (0:
 	// none).
 	StoreCursor uint64
+
+	// The topic's subscriptions as Deliver last looked them up for this
+	// Item (for topic cachedName; cachedOK once looked up). An Item reused
+	// for several messages looks a topic up once per run of it: reuse one
+	// only for messages that were all published before its first Deliver
+	// (one batch, one take of writes), which no subscription made since is
+	// owed. A subscription added to the topic meanwhile is still seen: only
+	// the topic's entry is kept, not its list.
+	cached     *topicSubs
+	cachedName string
+	cachedOK   bool
 }
 
 // Deliver sends it to every subscriber of its topic, subject to each
 // subscriber's bound.
 func (d *Dispatcher) Deliver(it *Item) {
-	t := d.topic(it.Topic)
+	t := it.cached
+	if !it.cachedOK || it.cachedName != it.Topic {
+		t = d.topic(it.Topic) // a sync.Map lookup: a third of a delivery's own cost
+		it.cached, it.cachedName, it.cachedOK = t, it.Topic, true
+	}
 	if t == nil || t.live.Load() == 0 {
 		return
 	}

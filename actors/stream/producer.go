@@ -315,8 +315,9 @@ func (p *producer) stopTimers() {
 // reports whether writes are left (see takeMore).
 func (p *producer) takeWrites(ctx actor.Context) bool {
 	taken, more := p.queue.Take(p.cfg.MaxBatchMessages)
+	var it delivery.Item // reused for the take: all its writes were queued before it (see Item)
 	for i := range taken {
-		p.write(ctx, &taken[i])
+		p.write(ctx, &taken[i], &it)
 	}
 	if len(taken) == 0 {
 		return more
@@ -340,7 +341,7 @@ func (p *producer) takeMore(ctx actor.Context) {
 	}
 }
 
-func (p *producer) write(ctx actor.Context, w *core.Write) {
+func (p *producer) write(ctx actor.Context, w *core.Write, it *delivery.Item) {
 	e := w
 	at := e.At // when Broadcast accepted it (0: not through Enqueue)
 	if at == 0 {
@@ -353,8 +354,9 @@ func (p *producer) write(ctx actor.Context, w *core.Write) {
 	}
 	if e.OnlyNode == "" || e.OnlyNode == p.node {
 		p.delivered++
-		p.d.Deliver(&delivery.Item{Topic: e.Topic, Message: w.Msg, PayloadType: e.PayloadType, Payload: e.Payload,
-			Exclude: e.Exclude, Node: p.node, Group: p.group, Incarnation: p.inc, Cursor: c, StoreCursor: e.StoreCursor})
+		it.Topic, it.Message, it.PayloadType, it.Payload, it.Exclude = e.Topic, w.Msg, e.PayloadType, e.Payload, e.Exclude
+		it.Node, it.Group, it.Incarnation, it.Cursor, it.StoreCursor = p.node, p.group, p.inc, c, e.StoreCursor
+		p.d.Deliver(it)
 	}
 	p.armFlush(ctx)
 }
