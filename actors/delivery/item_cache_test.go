@@ -56,4 +56,5 @@ func TestReusedItemSeesSubscriptionsAddedMeanwhile(t *testing.T) {
 	}
 	if gotA.n.Load() != 3 || gotB.n.Load() != 2 || gotU.n.Load() != 1 {
 		t.Fatalf("got a=%d b=%d u=%d, want 3, 2, 1", gotA.n.Load(), gotB.n.Load(), gotU.n.Load())
-	}}
+	}
+}
