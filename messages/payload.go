@@ -20,14 +20,18 @@ var ErrNilMessage = errors.New("messages: nil message")
 // Encode marshals msg once and returns its type name and bytes. The result
 // is what an Entry carries to every node.
 func Encode(msg proto.Message) (typeName string, payload []byte, err error) {
-	if msg == nil || !msg.ProtoReflect().IsValid() {
+	if msg == nil {
+		return "", nil, ErrNilMessage
+	}
+	m := msg.ProtoReflect()
+	if !m.IsValid() {
 		return "", nil, ErrNilMessage
 	}
 	payload, err = proto.Marshal(msg)
 	if err != nil {
-		return "", nil, fmt.Errorf("messages: encode %s: %w", msg.ProtoReflect().Descriptor().FullName(), err)
+		return "", nil, fmt.Errorf("messages: encode %s: %w", m.Descriptor().FullName(), err)
 	}
-	return string(msg.ProtoReflect().Descriptor().FullName()), payload, nil
+	return string(m.Descriptor().FullName()), payload, nil
 }
 
 // Decode turns a payload back into its message. An unknown type or bad bytes

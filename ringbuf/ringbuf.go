@@ -203,6 +203,25 @@ func (r *Ring[T]) Join(since int64) Decision {
 	return Decision{Kind: Messages, Lag: r.write - lo, From: lo, To: r.write}
 }
 
+// Span returns the messages with cursors from to to (exclusive), all still
+// buffered, as a then b (b empty unless the range wraps around the ring's
+// end), without copying: they alias the ring, so read them before the next
+// write. It is At for a run of cursors, without At's checks per cursor.
+func (r *Ring[T]) Span(from, to uint64) (a, b []T, err error) {
+	if from > to || to > r.write || r.write-from > uint64(len(r.slots)) {
+		return nil, nil, fmt.Errorf("%w: cursors %d to %d, window [%d, %d)", ErrNotBuffered, from, to, r.oldest(), r.write)
+	}
+	n := uint64(len(r.slots))
+	i, j := from%n, to%n
+	if to-from == 0 {
+		return nil, nil, nil
+	}
+	if i < j {
+		return r.slots[i:j], nil, nil
+	}
+	return r.slots[i:], r.slots[:j], nil
+}
+
 // At returns the message with the given cursor while it is still buffered.
 func (r *Ring[T]) At(cursor uint64) (T, error) {
 	if cursor >= r.write || r.write-cursor > uint64(len(r.slots)) {

@@ -2,6 +2,7 @@ package ringbuf
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -121,6 +122,23 @@ func TestAgainstModel(t *testing.T) {
 					if err != nil || v != want[i] {
 						t.Fatalf("At(%d) = %d, %v; model %d", c, v, err, want[i])
 					}
+				}
+				// Span of any run within the decision is those values.
+				from := rapid.Uint64Range(d.From, d.To).Draw(t, "span from")
+				to := rapid.Uint64Range(from, d.To).Draw(t, "span to")
+				a, b, err := r.Span(from, to)
+				got := append(append([]int{}, a...), b...)
+				if err != nil || fmt.Sprint(got) != fmt.Sprint(append([]int{}, want[from-d.From:to-d.From]...)) {
+					t.Fatalf("Span(%d, %d) = %v, %v; model %v", from, to, got, err, want[from-d.From:to-d.From])
+				}
+			}
+			// A span reaching past the write cursor or below the window is an error.
+			if _, _, err := r.Span(0, uint64(len(m.all))+1); err == nil {
+				t.Fatalf("Span past the write cursor %d gave no error", len(m.all))
+			}
+			if w := uint64(len(m.all)); w > uint64(capacity) {
+				if _, _, err := r.Span(w-uint64(capacity)-1, w); err == nil {
+					t.Fatalf("Span from an overwritten cursor gave no error")
 				}
 			}
 			if kind == Expired {

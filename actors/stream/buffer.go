@@ -147,13 +147,20 @@ func (s *store) at(c uint64) (topic, typ string, payload []byte, ex extra, err e
 	if err != nil {
 		return "", "", nil, extra{}, err
 	}
+	topic, typ, payload, ex = s.entry(c, rec)
+	return topic, typ, payload, ex, nil
+}
+
+// entry is the message with cursor c whose ring record is rec (from At, or
+// a run of records from Ring.Span); the same aliasing as at.
+func (s *store) entry(c uint64, rec record) (topic, typ string, payload []byte, ex extra) {
 	sg := s.segs[rec.seg-s.segBase]
 	end := rec.off + rec.len()
 	payload = sg.buf[rec.off:end:end]
 	if rec.hasExtra() {
 		ex = s.extras[c]
 	}
-	return s.topics.strs[rec.topic], s.types.strs[rec.typ], payload, ex, nil
+	return s.topics.strs[rec.topic], s.types.strs[rec.typ], payload, ex
 }
 
 // interner maps strings to small ids, counting references, so a buffered

@@ -603,27 +603,36 @@ func (p *producer) batch(d ringbuf.Decision, version uint32) *outBatch {
 	}
 	b := &outBatch{first: d.From, inc: p.inc, version: version}
 	p.enc.Reset()
-	for c := d.From; c < d.To; c++ {
-		if p.enc.Len() == p.cfg.MaxBatchMessages {
-			b.full = true
-			break
+	to := min(d.To, d.From+uint64(p.cfg.MaxBatchMessages))
+	b.full = to-d.From == uint64(p.cfg.MaxBatchMessages) // any longer decision gets the same
+	// The ring's records in one or two runs: no per-cursor At (a tenth of a
+	// publishing node's CPU went to reading the buffer back).
+	runA, runB, err := p.ring.Span(d.From, to)
+	if err != nil { // never for a decision the ring made: an empty batch, not cached
+		p.log.Error().Err(err).Msg("decided messages not buffered")
+		b.full = false
+	}
+	c := d.From
+entries:
+	for _, run := range [2][]record{runA, runB} {
+		for _, rec := range run {
+			topic, typ, payload, ex := p.buf.entry(c, rec)
+			sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
+			if p.enc.Len() > 0 && b.size+sz > p.cfg.MaxBatchBytes {
+				b.full = true
+				break entries
+			}
+			p.enc.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
+			b.size += sz
+			c++
 		}
-		topic, typ, payload, ex, err := p.buf.at(c)
-		if err != nil {
-			p.log.Error().Err(err).Msg("decided messages not buffered")
-			break
-		}
-		sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
-		if p.enc.Len() > 0 && b.size+sz > p.cfg.MaxBatchBytes {
-			b.full = true
-			break
-		}
-		p.enc.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
-		b.size += sz
 	}
 	b.n = p.enc.Len()
 	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
 		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From}))
+	if err != nil {
+		return b
+	}
 	if p.recent == nil {
 		p.recent = make([]*outBatch, max(p.cfg.MaxBatchesInFlight, 1))
 	}
