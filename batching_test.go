@@ -67,3 +67,48 @@ func TestFullBatchesDoNotWaitForBatchInterval(t *testing.T) {
 		})
 	}
 }
+
+// The end of a burst does not wait for BatchInterval: once the full
+// batches before it are acknowledged, the part batch left goes. Without a
+// full batch before it (light load), a part batch still waits for the
+// interval (TestPartBatchWaitsForItsInterval).
+func TestBurstTailDoesNotWaitForBatchInterval(t *testing.T) {
+	cfg := fastConfig()
+	cfg.BatchInterval = time.Minute
+	cfg.BufferSize = 10_000
+	cfg.MaxBatchMessages, cfg.MaxBatchesInFlight = 100, 4
+	nodes := test.StartCluster(t, 2, cfg)
+	c := nodes[1].Subscribe(t, "match")
+	waitJoined(t, nodes) // a join sends what the node is owed at once: this test is about the writes after it
+	const n = 250 // two full batches, then 50
+	for i := 0; i < n; i++ {
+		nodes[0].Broadcast(t, "match", &testpb.Stamp{Publisher: "t", Seq: uint64(i)})
+	}
+	test.Eventually(t, 20*time.Second, func() bool { return c.Len() >= n }, c.Describe)
+	for i, s := range c.Stamps() {
+		if s != uint64(i) {
+			t.Fatalf("stamp %d is %d: %s", i, s, c.Describe())
+		}
+	}
+}
+
+// Under light load (no batch ever full) a part batch waits for its
+// BatchInterval: the interval is what batches it.
+func TestPartBatchWaitsForItsInterval(t *testing.T) {
+	cfg := fastConfig()
+	cfg.BatchInterval = 2 * time.Second
+	cfg.MaxBatchMessages = 100
+	nodes := test.StartCluster(t, 2, cfg)
+	c := nodes[1].Subscribe(t, "match")
+	waitJoined(t, nodes)
+	start := time.Now()
+	for i := 0; i < 10; i++ {
+		nodes[0].Broadcast(t, "match", &testpb.Stamp{Publisher: "t", Seq: uint64(i)})
+	}
+	test.Eventually(t, 20*time.Second, func() bool { return c.Len() >= 10 }, c.Describe)
+	// The flush timer is armed at the first write: the batch goes when it
+	// fires, not at once (well under the interval would mean no batching).
+	if took := time.Since(start); took < cfg.BatchInterval/2 {
+		t.Fatalf("10 messages arrived after %v: a part batch did not wait for BatchInterval %v", took, cfg.BatchInterval)
+	}
+}
