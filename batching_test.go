@@ -80,7 +80,7 @@ func TestBurstTailDoesNotWaitForBatchInterval(t *testing.T) {
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
 	waitJoined(t, nodes) // a join sends what the node is owed at once: this test is about the writes after it
-	const n = 250 // two full batches, then 50
+	const n = 250        // two full batches, then 50
 	for i := 0; i < n; i++ {
 		nodes[0].Broadcast(t, "match", &testpb.Stamp{Publisher: "t", Seq: uint64(i)})
 	}
