@@ -2,8 +2,6 @@ package echopubsub_test
 
 import (
 	"fmt"
-	"math"
-	"runtime/metrics"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -89,14 +88,14 @@ func BenchmarkTailStages(b *testing.B) {
 		mu.Unlock()
 		first := nodes[0].Stats(b).WriteCursor
 		rec.reset()
-		rt0 := readRuntime()
+		rt0 := proc.ReadRuntime()
 		if err := pace(n, rate, rec, func(i int) error {
 			return nodes[0].PS.Broadcast(nil, "tail", &testpb.Stamp{Seq: uint64(i), Pad: pad})
 		}); err != nil {
 			b.Fatal(err)
 		}
 		test.Eventually(b, time.Minute, func() bool { return rec.count.Load() >= int64(n) }, test.Sprintf("ours: all %d received", n))
-		rt1 := readRuntime()
+		rt1 := proc.ReadRuntime()
 		// raw protoactor
 		raw.reset()
 		_ = pace(n, rate, raw, func(i int) error {
@@ -105,7 +104,7 @@ func BenchmarkTailStages(b *testing.B) {
 		})
 		test.Eventually(b, time.Minute, func() bool { return raw.count.Load() >= int64(n) }, test.Sprintf("raw: all %d received", n))
 		mu.Lock()
-		rt2 := readRuntime()
+		rt2 := proc.ReadRuntime()
 		b.Log(tailReport(rec, raw, first, sent, got) + runtimeReport(rt0, rt1, rt2))
 		mu.Unlock()
 		lat, rlat := rec.latencies(), raw.latencies()
@@ -118,73 +117,21 @@ func BenchmarkTailStages(b *testing.B) {
 
 var tailEpoch = time.Now()
 
-// runtimeSample is what the Go runtime says about the process: GC cycles,
-// GC pauses and the scheduling latency (time goroutines spent runnable
-// before running), cumulative.
-type runtimeSample struct {
-	cycles         uint64
-	pauses, sched  *metrics.Float64Histogram
-	gcCPU, userCPU float64
-}
-
-var runtimeMetrics = []string{"/gc/cycles/total:gc-cycles", "/gc/pauses:seconds", "/sched/latencies:seconds",
-	"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/user:cpu-seconds"}
-
-func readRuntime() runtimeSample {
-	ms := make([]metrics.Sample, len(runtimeMetrics))
-	for i, n := range runtimeMetrics {
-		ms[i].Name = n
-	}
-	metrics.Read(ms)
-	return runtimeSample{cycles: ms[0].Value.Uint64(), pauses: ms[1].Value.Float64Histogram(), sched: ms[2].Value.Float64Histogram(),
-		gcCPU: ms[3].Value.Float64(), userCPU: ms[4].Value.Float64()}
-}
-
 // runtimeReport compares the two rounds (ours: a to b, raw: b to c): GC
 // cycles, GC CPU, the longest GC pause and the scheduling latency's p99
 // and max, each from the runtime's histograms over the round.
-func runtimeReport(a, b, c runtimeSample) string {
+func runtimeReport(a, b, c proc.RuntimeSample) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%-8s %10s %12s %14s %14s %14s\n", "runtime", "GC cycles", "GC CPU ms", "GC pause max", "sched p99 ms", "sched max ms")
 	for _, r := range []struct {
 		name     string
-		from, to runtimeSample
+		from, to proc.RuntimeSample
 	}{{"ours", a, b}, {"raw", b, c}} {
-		pauses, sched := histDelta(r.from.pauses, r.to.pauses), histDelta(r.from.sched, r.to.sched)
-		fmt.Fprintf(&sb, "%-8s %10d %12.1f %14.3f %14.3f %14.3f\n", r.name, r.to.cycles-r.from.cycles, 1000*(r.to.gcCPU-r.from.gcCPU),
-			1000*histQuantile(pauses, 1), 1000*histQuantile(sched, 0.99), 1000*histQuantile(sched, 1))
+		pauses, sched := proc.HistDelta(r.from.Pauses, r.to.Pauses), proc.HistDelta(r.from.Sched, r.to.Sched)
+		fmt.Fprintf(&sb, "%-8s %10d %12.1f %14.3f %14.3f %14.3f\n", r.name, r.to.Cycles-r.from.Cycles, 1000*(r.to.GCCPU-r.from.GCCPU),
+			1000*proc.HistQuantile(pauses, 1), 1000*proc.HistQuantile(sched, 0.99), 1000*proc.HistQuantile(sched, 1))
 	}
 	return sb.String()
-}
-
-// histDelta is the counts of b less those of a (the same buckets).
-func histDelta(a, b *metrics.Float64Histogram) *metrics.Float64Histogram {
-	d := &metrics.Float64Histogram{Buckets: b.Buckets, Counts: make([]uint64, len(b.Counts))}
-	for i := range b.Counts {
-		d.Counts[i] = b.Counts[i] - a.Counts[i]
-	}
-	return d
-}
-
-// histQuantile is the upper bound of the bucket holding quantile q (1: the
-// highest non-empty bucket), 0 for an empty histogram.
-func histQuantile(h *metrics.Float64Histogram, q float64) float64 {
-	var total uint64
-	for _, c := range h.Counts {
-		total += c
-	}
-	if total == 0 {
-		return 0
-	}
-	need := uint64(math.Ceil(q * float64(total)))
-	var n uint64
-	for i, c := range h.Counts {
-		n += c
-		if n >= need && c > 0 {
-			return h.Buckets[i+1]
-		}
-	}
-	return h.Buckets[len(h.Buckets)-1]
 }
 
 func tailNow() int64 { return int64(time.Since(tailEpoch)) }

@@ -1,15 +1,14 @@
 package main
 
 import (
-	"math"
 	"runtime/debug"
-	"runtime/metrics"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -39,7 +38,7 @@ type tailTracer struct {
 	sends   map[string][]int64 // by peer: when each batch was sent
 	flushes map[string][]flushRec
 	batches []batchRec // received from any producer, in order
-	rt0     runtimeSample
+	rt0     proc.RuntimeSample
 	since   int64 // unix ns of the reset
 }
 
@@ -96,19 +95,19 @@ func (t *tailTracer) reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sends, t.flushes, t.batches = map[string][]int64{}, map[string][]flushRec{}, nil
-	t.rt0, t.since = readRuntime(), time.Now().UnixNano()
+	t.rt0, t.since = proc.ReadRuntime(), time.Now().UnixNano()
 }
 
 // report is the repetition so far, with the collector's messages.
 func (t *tailTracer) report(msgs []tailRec) *nodeTrace {
-	rt1 := readRuntime()
+	rt1 := proc.ReadRuntime()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tr := &nodeTrace{Sends: t.sends, Flushes: t.flushes, Batches: t.batches, Msgs: msgs}
-	pauses, sched := histDelta(t.rt0.pauses, rt1.pauses), histDelta(t.rt0.sched, rt1.sched)
-	tr.Runtime = rtStats{GCCycles: rt1.cycles - t.rt0.cycles, GCCPUMs: 1000 * (rt1.gcCPU - t.rt0.gcCPU),
-		UserCPUMs: 1000 * (rt1.userCPU - t.rt0.userCPU), PauseMaxMs: 1000 * histQuantile(pauses, 1),
-		SchedP99Ms: 1000 * histQuantile(sched, 0.99), SchedMaxMs: 1000 * histQuantile(sched, 1)}
+	pauses, sched := proc.HistDelta(t.rt0.Pauses, rt1.Pauses), proc.HistDelta(t.rt0.Sched, rt1.Sched)
+	tr.Runtime = rtStats{GCCycles: rt1.Cycles - t.rt0.Cycles, GCCPUMs: 1000 * (rt1.GCCPU - t.rt0.GCCPU),
+		UserCPUMs: 1000 * (rt1.UserCPU - t.rt0.UserCPU), PauseMaxMs: 1000 * proc.HistQuantile(pauses, 1),
+		SchedP99Ms: 1000 * proc.HistQuantile(sched, 0.99), SchedMaxMs: 1000 * proc.HistQuantile(sched, 1)}
 	var gs debug.GCStats
 	debug.ReadGCStats(&gs)
 	for i, end := range gs.PauseEnd {
@@ -205,58 +204,4 @@ func stampSeq(b []byte) uint64 {
 		b = b[n:]
 	}
 	return 0
-}
-
-// runtimeSample is what the Go runtime says about the process, cumulative
-// (as the root package's BenchmarkTailStages reads it).
-type runtimeSample struct {
-	cycles         uint64
-	pauses, sched  *metrics.Float64Histogram
-	gcCPU, userCPU float64
-}
-
-var runtimeMetrics = []string{"/gc/cycles/total:gc-cycles", "/gc/pauses:seconds", "/sched/latencies:seconds",
-	"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/user:cpu-seconds"}
-
-func readRuntime() runtimeSample {
-	ms := make([]metrics.Sample, len(runtimeMetrics))
-	for i, n := range runtimeMetrics {
-		ms[i].Name = n
-	}
-	metrics.Read(ms)
-	return runtimeSample{cycles: ms[0].Value.Uint64(), pauses: ms[1].Value.Float64Histogram(), sched: ms[2].Value.Float64Histogram(),
-		gcCPU: ms[3].Value.Float64(), userCPU: ms[4].Value.Float64()}
-}
-
-// histDelta is the counts of b less those of a (the same buckets).
-func histDelta(a, b *metrics.Float64Histogram) *metrics.Float64Histogram {
-	d := &metrics.Float64Histogram{Buckets: b.Buckets, Counts: make([]uint64, len(b.Counts))}
-	for i := range b.Counts {
-		d.Counts[i] = b.Counts[i] - a.Counts[i]
-	}
-	return d
-}
-
-// histQuantile is the upper bound of the bucket holding quantile q (1: the
-// highest non-empty bucket), 0 for an empty histogram.
-func histQuantile(h *metrics.Float64Histogram, q float64) float64 {
-	var total uint64
-	for _, c := range h.Counts {
-		total += c
-	}
-	if total == 0 {
-		return 0
-	}
-	need := uint64(math.Ceil(q * float64(total)))
-	var n uint64
-	for i, c := range h.Counts {
-		n += c
-		if n >= need && c > 0 {
-			if math.IsInf(h.Buckets[i+1], 1) {
-				return h.Buckets[i]
-			}
-			return h.Buckets[i+1]
-		}
-	}
-	return h.Buckets[len(h.Buckets)-1]
 }
