@@ -37,11 +37,21 @@ func Encode(msg proto.Message) (typeName string, payload []byte, err error) {
 // Decode turns a payload back into its message. An unknown type or bad bytes
 // give an error, never a panic.
 func Decode(typeName string, payload []byte) (proto.Message, error) {
+	t, err := LookupType(typeName)
+	if err != nil {
+		return nil, err
+	}
+	return t.Decode(payload)
+}
+
+// LookupType resolves a payload type name among the types linked into this
+// binary (ErrUnknownType if it is not).
+func LookupType(typeName string) (Type, error) {
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(typeName))
 	if err != nil {
-		return nil, fmt.Errorf("%w %q", ErrUnknownType, typeName)
+		return Type{}, fmt.Errorf("%w %q", ErrUnknownType, typeName)
 	}
-	return TypeOf(mt).Decode(payload)
+	return TypeOf(mt), nil
 }
 
 // Type is a payload type resolved once, to decode many payloads of it (a

@@ -8,8 +8,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/echopubsub/echopubsub/actors/delivery"
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -473,9 +471,8 @@ func (d *batchDelivery) run(n int) bool {
 		plant.AckFirst(&d.k.expected, c, w.hook, d.m.ProducerNode)
 		if (only == "" || only == w.node) && !plant.SkipEntry() {
 			if !d.types[ti].Resolved() {
-				if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(d.m.PayloadTypes[ti])); err == nil {
-					d.types[ti] = messages.TypeOf(mt)
-				}
+				// Unknown here: left unresolved, decode says so per message.
+				d.types[ti], _ = messages.LookupType(d.m.PayloadTypes[ti])
 			}
 			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadTypes[ti], payload, d.types[ti]
 			d.it.Exclude, d.it.Cursor, d.it.StoreCursor = exclude, c, 0
