@@ -22,6 +22,7 @@ type BatchEncoder struct {
 	payloads                 []byte // the payloads, one after the other
 	options                  []byte // the encoded options field (14), each entry's
 	n                        int
+	head                     []byte // scratch for Encode's fields 1-9
 }
 
 // BatchHeader is a Batch's fields other than its entries.
@@ -96,7 +97,28 @@ func (e *BatchEncoder) Len() int { return e.n }
 // entries added, in a new slice of exactly its size. The encoder keeps its
 // entries: Encode again gives the same batch under another header.
 func (e *BatchEncoder) Encode(h BatchHeader) []byte {
-	buf := make([]byte, 0, e.size(h))
+	// The header and the name tables (fields 1-9) are a few bytes: written
+	// to scratch first, which sizes them. The columns and the payloads
+	// (fields 10-13, each length-delimited) are sized from their lengths.
+	e.head = e.appendHead(e.head[:0], h)
+	fields := [4][]byte{e.topicIdx, e.typeIdx, e.sizes, e.payloads}
+	n := len(e.head) + len(e.options)
+	for i, f := range fields {
+		if len(f) > 0 {
+			n += protowire.SizeTag(protowire.Number(10+i)) + protowire.SizeBytes(len(f))
+		}
+	}
+	buf := append(make([]byte, 0, n), e.head...)
+	for i, f := range fields {
+		if len(f) > 0 {
+			buf = protowire.AppendBytes(protowire.AppendTag(buf, protowire.Number(10+i), protowire.BytesType), f)
+		}
+	}
+	return append(buf, e.options...)
+}
+
+// appendHead appends fields 1-9: the header, then the topic and type names.
+func (e *BatchEncoder) appendHead(buf []byte, h BatchHeader) []byte {
 	if h.ProtocolVersion != 0 {
 		buf = protowire.AppendVarint(protowire.AppendTag(buf, 1, protowire.VarintType), uint64(h.ProtocolVersion))
 	}
@@ -121,53 +143,7 @@ func (e *BatchEncoder) Encode(h BatchHeader) []byte {
 	for _, s := range e.types {
 		buf = protowire.AppendString(protowire.AppendTag(buf, 9, protowire.BytesType), s)
 	}
-	for i, col := range [3][]byte{e.topicIdx, e.typeIdx, e.sizes} {
-		if len(col) > 0 {
-			buf = protowire.AppendBytes(protowire.AppendTag(buf, protowire.Number(10+i), protowire.BytesType), col)
-		}
-	}
-	if len(e.payloads) > 0 {
-		buf = protowire.AppendBytes(protowire.AppendTag(buf, 13, protowire.BytesType), e.payloads)
-	}
-	return append(buf, e.options...)
-}
-
-// size is the length of Encode(h).
-func (e *BatchEncoder) size(h BatchHeader) int {
-	n := 0
-	if h.ProtocolVersion != 0 {
-		n += 1 + protowire.SizeVarint(uint64(h.ProtocolVersion))
-	}
-	if h.PubsubName != "" {
-		n += 1 + protowire.SizeBytes(len(h.PubsubName))
-	}
-	if h.ProducerNode != "" {
-		n += 1 + protowire.SizeBytes(len(h.ProducerNode))
-	}
-	if h.ProducerIncarnation != 0 {
-		n += 1 + protowire.SizeVarint(h.ProducerIncarnation)
-	}
-	if h.Group != 0 {
-		n += 1 + protowire.SizeVarint(uint64(h.Group))
-	}
-	if h.FirstCursor != 0 {
-		n += 1 + protowire.SizeVarint(h.FirstCursor)
-	}
-	for _, s := range e.topics {
-		n += 1 + protowire.SizeBytes(len(s))
-	}
-	for _, s := range e.types {
-		n += 1 + protowire.SizeBytes(len(s))
-	}
-	for _, col := range [3][]byte{e.topicIdx, e.typeIdx, e.sizes} {
-		if len(col) > 0 {
-			n += 1 + protowire.SizeBytes(len(col))
-		}
-	}
-	if len(e.payloads) > 0 {
-		n += 1 + protowire.SizeBytes(len(e.payloads))
-	}
-	return n + len(e.options)
+	return buf
 }
 
 // Encoded returns a Batch that marshals to encoding (a Batch's wire
