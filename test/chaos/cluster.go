@@ -313,6 +313,9 @@ func (c *Cluster) WaitRegistered(timeout time.Duration) error {
 	})
 }
 
+// Poll is poll, for soaks of other modules (test/e2e's session soak).
+func Poll(timeout time.Duration, cond func() (bool, string)) error { return poll(timeout, cond) }
+
 // poll checks cond every 50 ms until it holds, or fails at the deadline
 // with cond's last explanation.
 func poll(timeout time.Duration, cond func() (bool, string)) error {
@@ -364,8 +367,12 @@ func (c *Cluster) DroppedPackets(i int) (int64, error) {
 
 // ProcState is the state letter of node i's process in /proc/<pid>/stat
 // (R, S, T for stopped, ...).
-func (c *Cluster) ProcState(i int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Nodes[i].Proc.Pid()))
+func (c *Cluster) ProcState(i int) (string, error) { return PidState(c.Nodes[i].Proc.Pid()) }
+
+// PidState is the state letter of process pid in /proc/<pid>/stat (R, S,
+// T for stopped, ...): how a SIGSTOP is confirmed.
+func PidState(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return "", err
 	}

@@ -75,6 +75,10 @@ const (
 	// store's end (Event.StoreEnd).
 	OpOpen     = "open"
 	OpSessions = "sessions"
+	// OpStall makes the open session of each of Command.Owners stop
+	// committing and acking (test/e2e's owner_hardqueue fault: the library
+	// closes it at HardQueue).
+	OpStall = "stall"
 	// Proxy ops.
 	OpRoute    = "route"
 	OpMode     = "mode"
@@ -124,6 +128,10 @@ type OwnerInfo struct {
 	Next    uint64 `json:"next"`
 	Pending int    `json:"pending"`
 	Closed  bool   `json:"closed,omitempty"`
+	// Reason is the SessionClosed reason (closed sessions); Committed the
+	// last cursor its owner committed.
+	Reason    string `json:"reason,omitempty"`
+	Committed uint64 `json:"committed,omitempty"`
 }
 
 // Event is one line a node or proxy writes.

@@ -44,7 +44,7 @@ func TestSessionSoakCatchesPlantedDefects(t *testing.T) {
 	for _, pc := range sessionPlants {
 		t.Run(pc.defect, func(t *testing.T) {
 			t.Setenv(plant.Env, pc.defect) // the node processes inherit it
-			o := options(t, sessionsoak.StoreBolt, "", node, proxy, 5000)
+			o := options(t, sessionsoak.StoreBolt, nil, node, proxy, 5000)
 			o.Kinds = []string{chaos.FaultKill, chaos.FaultProxyCut}
 			o.Drain = 30 * time.Second
 			res, err := sessionsoak.Run(ctx, o)
