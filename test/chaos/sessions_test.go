@@ -8,7 +8,7 @@ import (
 
 // sessionEv is one thing an owner got, for a synthetic record.
 type sessionEv struct {
-	kind   byte // e envelope, g StreamGap, k commit, c closed, t StreamTruncated
+	kind   byte   // e envelope, g StreamGap, k commit, c closed, t StreamTruncated
 	cursor uint64 // t: From
 	seq    uint64 // e: the stamp's seq of publisher p; t: FirstKept
 	reason string // c
