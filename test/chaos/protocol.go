@@ -77,7 +77,7 @@ const (
 	OpSessions = "sessions"
 	// OpStall makes the open session of each of Command.Owners stop
 	// committing and acking (test/e2e's owner_hardqueue fault: the library
-	// closes it at HardQueue).
+	// closes it at HardQueue); with What "resume", go on.
 	OpStall = "stall"
 	// Proxy ops.
 	OpRoute    = "route"
@@ -129,9 +129,12 @@ type OwnerInfo struct {
 	Pending int    `json:"pending"`
 	Closed  bool   `json:"closed,omitempty"`
 	// Reason is the SessionClosed reason (closed sessions); Committed the
-	// last cursor its owner committed.
+	// last cursor its owner committed; Replayed whether its last envelope
+	// was read from the store (a catch-up, which never closes a session at
+	// HardQueue: its rows wait in the store).
 	Reason    string `json:"reason,omitempty"`
 	Committed uint64 `json:"committed,omitempty"`
+	Replayed  bool   `json:"replayed,omitempty"`
 }
 
 // Event is one line a node or proxy writes.

@@ -109,20 +109,26 @@ func TestCheckSessionsRules(t *testing.T) {
 		{name: "after close", froms: []uint64{1},
 			sessions: [][]sessionEv{{e(1, 1), {kind: 'c', reason: "SESSION_CLOSE_REASON_CLOSED"}, e(2, 2)}},
 			want:     func(c *SessionCheck) int64 { return c.AfterClose }},
-		{name: "false alarm: the gap's origin lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{clean},
+		{name: "false alarm: the gap's origin lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{append(clean, g(7))},
 			rows: func() []StoreRow {
 				r := append([]StoreRow(nil), rows...)
-				r[2].Origin = "A" // every p stamp is stored
-				return r
+				r[2].Origin = "A"                                             // every p stamp is stored
+				return append(r, StoreRow{Cursor: 7, Gap: true, Origin: "X"}) // q/1, told
 			}(),
 			want: func(c *SessionCheck) int64 { return c.FalseAlarms }},
-		{name: "precautionary: a producer restart that lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{clean},
+		{name: "precautionary: a producer restart that lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{append(clean, g(7))},
 			rows: func() []StoreRow {
 				r := append([]StoreRow(nil), rows...)
 				r[2].Origin, r[2].Reason = "A", "producer restarted"
-				return r
+				return append(r, StoreRow{Cursor: 7, Gap: true, Origin: "X"}) // q/1, told
 			}(),
 			want: func(c *SessionCheck) int64 { return c.Precautionary }},
+		{name: "store hole: p/5 never stored, no gap row of A", froms: []uint64{1}, rows: rows[:5],
+			sessions: [][]sessionEv{{e(1, 1), e(2, 2), g(3), e(4, 3), e(5, 4)}},
+			want:     func(c *SessionCheck) int64 { return c.StoreHoles }},
+		{name: "store hole told: a gap row of A where p/5 would be", froms: []uint64{1},
+			rows:     append(append([]StoreRow(nil), rows[:5]...), StoreRow{Cursor: 6, Gap: true, Origin: "A"}),
+			sessions: [][]sessionEv{{e(1, 1), e(2, 2), g(3), e(4, 3), e(5, 4), g(6)}}},
 		{name: "truncated: rows 1 and 2 trimmed", froms: []uint64{1}, rows: trimmed(rows, 2, 0),
 			sessions: [][]sessionEv{{tr(1, 3), g(3), e(4, 3), e(5, 4), e(6, 5)}}},
 		{name: "unknown row: its order is checked, not its content", froms: []uint64{1}, rows: trimmed(rows, 2, 2),
@@ -157,7 +163,7 @@ func TestCheckSessionsRules(t *testing.T) {
 			}
 			// Nothing else: the total of every count is the one wanted.
 			all := res.SilentGaps + res.TailGaps + res.Reorders + res.RedeliveredAfterAck + res.WrongRows + res.BadResumes +
-				res.AfterClose + res.FalseAlarms + res.Precautionary
+				res.AfterClose + res.FalseAlarms + res.Precautionary + res.StoreHoles
 			// (a lost notice: SilentGaps, of which GapRowsJumped, the same row)
 			if all != got {
 				t.Fatalf("other counts too:\n%s", res.Summary())

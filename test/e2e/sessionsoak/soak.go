@@ -516,74 +516,89 @@ func (s *soak) inject(ctx context.Context, so chaos.SoakOptions, rng *rand.Rand,
 
 // ownerHardQueue stalls one owner until the library closes its session at
 // HardQueue, then, Hold/2 later, opens a new one for it on the same node,
-// WithFrom(committed + 1).
+// WithFrom(committed + 1). The owner is one whose last envelope came live:
+// a catch-up (rows read from the store) gives a stalled owner one row per
+// RoomWait and never closes it, by design. Should its session fall into a
+// catch-up while stalled, it is let go on and another owner is tried.
 func (s *soak) ownerHardQueue(ctx context.Context, rng *rand.Rand, fres *chaos.Result) error {
-	s.mu.Lock()
-	var nodes []int
-	for i, names := range s.owners {
-		if len(names) > 0 {
-			nodes = append(nodes, i)
-		}
-	}
-	if len(nodes) == 0 {
-		s.mu.Unlock()
-		return fmt.Errorf("no node has an owner")
-	}
-	i := nodes[rng.Intn(len(nodes))]
-	name := s.owners[i][rng.Intn(len(s.owners[i]))]
-	s.mu.Unlock()
-	nd := s.c.Nodes[i]
-	s.logf("session soak: stalling owner %s on %s", name, nd.Name)
-	open := func() (chaos.OwnerInfo, error) {
-		ev, err := s.c.Call(i, chaos.Command{Op: chaos.OpSessions})
-		if err == nil && ev.Err != "" {
-			err = errors.New(ev.Err)
-		}
-		var got chaos.OwnerInfo
-		for _, ow := range ev.Owners {
-			if ow.Name == name && !ow.Closed {
-				got = ow
-			}
-		}
-		return got, err
-	}
-	before, err := open()
-	if err != nil || before.Session == "" {
-		return fmt.Errorf("owner %s on %s: no open session (%v)", name, nd.Name, err)
-	}
-	if _, err := s.c.Call(i, chaos.Command{Op: chaos.OpStall, Owners: []chaos.OwnerSpec{{Name: name}}}); err != nil {
-		return err
-	}
-	var closed chaos.OwnerInfo
-	err = chaos.Poll(s.o.Hold+30*time.Second, func() (bool, string) {
-		ev, err := s.c.Call(i, chaos.Command{Op: chaos.OpSessions})
+	var why string
+	for try := 0; try < 3; try++ {
+		i, ow, err := s.liveOwner(ctx, rng)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		for _, ow := range ev.Owners {
-			if ow.Session == before.Session {
-				closed = ow
-				return ow.Closed, fmt.Sprintf("session %s of %s: %d pending, not closed", ow.Session, name, ow.Pending)
+		nd := s.c.Nodes[i]
+		s.logf("session soak: stalling owner %s on %s", ow.Name, nd.Name)
+		stall := chaos.Command{Op: chaos.OpStall, Owners: []chaos.OwnerSpec{{Name: ow.Name}}}
+		if _, err := s.c.Call(i, stall); err != nil {
+			return err
+		}
+		var closed chaos.OwnerInfo
+		err = chaos.Poll(s.o.Hold+10*time.Second, func() (bool, string) {
+			ev, err := s.c.Call(i, chaos.Command{Op: chaos.OpSessions})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, o := range ev.Owners {
+				if o.Session == ow.Session {
+					closed = o
+					return o.Closed, fmt.Sprintf("session %s of %s: %d pending, not closed (last envelope replayed: %v)",
+						o.Session, o.Name, o.Pending, o.Replayed)
+				}
+			}
+			return false, fmt.Sprintf("session %s of %s gone from %s", ow.Session, ow.Name, nd.Name)
+		})
+		if err != nil {
+			why = err.Error()
+			s.logf("session soak: %s; letting it go on", why)
+			stall.What = "resume"
+			if _, err := s.c.Call(i, stall); err != nil {
+				return err
+			}
+			continue
+		}
+		if closed.Reason != messages.SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE.String() {
+			return fmt.Errorf("fault %s not confirmed: session %s of %s closed with %s", FaultOwnerHardQueue, closed.Session, ow.Name, closed.Reason)
+		}
+		fres.Confirmed[FaultOwnerHardQueue]++
+		// The owner comes back a little later (a client reconnecting): with
+		// retention on, rows it was owed are gone by then.
+		if err := sleep(ctx, s.o.Hold/2); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.committed[ow.Name] = max(s.committed[ow.Name], closed.Committed)
+		s.mu.Unlock()
+		return s.open(i, ow.Name)
+	}
+	return fmt.Errorf("fault %s not confirmed in 3 tries: %s", FaultOwnerHardQueue, why)
+}
+
+// liveOwner picks, at random, an open session whose last envelope came
+// live (polling: after a fault the sessions catch up first).
+func (s *soak) liveOwner(ctx context.Context, rng *rand.Rand) (int, chaos.OwnerInfo, error) {
+	var i int
+	var got chaos.OwnerInfo
+	err := chaos.Poll(20*time.Second, func() (bool, string) {
+		live := s.c.Live()
+		nd := live[rng.Intn(len(live))]
+		ev, err := nd.Proc.Call(chaos.Command{Op: chaos.OpSessions}, 10*time.Second)
+		if err != nil || ev.Err != "" {
+			return false, fmt.Sprintf("%s: %v %s", nd.Name, err, ev.Err)
+		}
+		var cands []chaos.OwnerInfo
+		for _, o := range ev.Owners {
+			if !o.Closed && !o.Replayed && o.Next > 1 {
+				cands = append(cands, o)
 			}
 		}
-		return false, fmt.Sprintf("session %s of %s gone from %s", before.Session, name, nd.Name)
+		if len(cands) == 0 {
+			return false, fmt.Sprintf("%s: no open session whose last envelope came live", nd.Name)
+		}
+		i, got = nd.Index, cands[rng.Intn(len(cands))]
+		return true, ""
 	})
-	if err != nil {
-		return err
-	}
-	if closed.Reason != messages.SessionCloseReason_SESSION_CLOSE_REASON_HARD_QUEUE.String() {
-		return fmt.Errorf("fault %s not confirmed: session %s of %s closed with %s", FaultOwnerHardQueue, closed.Session, name, closed.Reason)
-	}
-	fres.Confirmed[FaultOwnerHardQueue]++
-	// The owner comes back a little later (a client reconnecting): with
-	// retention on, rows it was owed are gone by then.
-	if err := sleep(ctx, s.o.Hold/2); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.committed[name] = max(s.committed[name], closed.Committed)
-	s.mu.Unlock()
-	return s.open(i, name)
+	return i, got, err
 }
 
 // pgFault crashes (immediate shutdown, then a start) or pauses the shared

@@ -277,7 +277,7 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 		}
 		return chaos.Event{}
 	case chaos.OpStall:
-		return n.stall(c.Owners)
+		return n.stall(c.Owners, c.What != "resume")
 	case chaos.OpSessions:
 		return n.sessions()
 	}
@@ -323,8 +323,8 @@ func (n *node) sessions() chaos.Event {
 }
 
 // stall makes the open session of each owner named stop committing and
-// acking: it will be closed at HardQueue.
-func (n *node) stall(specs []chaos.OwnerSpec) chaos.Event {
+// acking (it will be closed at HardQueue), or go on (stalled false).
+func (n *node) stall(specs []chaos.OwnerSpec, stalled bool) chaos.Event {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, spec := range specs {
@@ -337,7 +337,7 @@ func (n *node) stall(specs []chaos.OwnerSpec) chaos.Event {
 		if found == nil {
 			return chaos.Event{Err: fmt.Sprintf("stall: owner %s has no open session on %s", spec.Name, n.cfg.name)}
 		}
-		found.stalled.Store(true)
+		found.stalled.Store(stalled)
 	}
 	return chaos.Event{}
 }
@@ -381,6 +381,7 @@ type owner struct {
 	mu          sync.Mutex
 	outstanding []uint64 // delivery ids, in order
 	lastCursor  uint64   // cursor of the last envelope outstanding
+	replayed    bool     // the last envelope was read from the store
 	next        uint64   // after the last row handed (envelope or StreamGap)
 	closed      bool
 	reason      string // SessionClosed's
@@ -433,7 +434,8 @@ func (o *owner) stopTicker() {
 func (o *owner) info() chaos.OwnerInfo {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return chaos.OwnerInfo{Name: o.name, Session: o.id, Next: o.next, Closed: o.closed, Reason: o.reason, Committed: o.committed}
+	return chaos.OwnerInfo{Name: o.name, Session: o.id, Next: o.next, Closed: o.closed, Reason: o.reason, Committed: o.committed,
+		Replayed: o.replayed}
 }
 
 func (o *owner) receive(ctx actor.Context) {
@@ -449,6 +451,7 @@ func (o *owner) receive(ctx actor.Context) {
 		o.mu.Lock()
 		o.outstanding = append(o.outstanding, m.DeliveryID)
 		o.lastCursor = m.Cursor
+		o.replayed = m.Replayed
 		o.next = m.Cursor + 1
 		o.mu.Unlock()
 		if !o.stalled.Load() && o.rng.Float64() < o.n.cfg.ackProb {
