@@ -26,6 +26,11 @@
 //	resume_redeliver  a WithFrom(c) subscription with c > 1 starts at c-1: the row
 //	                  the owner acknowledged last is delivered again
 //	gap_notice_lost   a catch-up passes over a gap row without its *StreamGap
+//	truncated_notice_lost  a catch-up passes over rows retention removed without
+//	                  its *StreamTruncated (only retention exposes it)
+//	append_error_ignored   a durable broadcast whose append failed is queued as if
+//	                  stored, with no cursor (only a failing store exposes it:
+//	                  the soak's PostgreSQL faults)
 package plant
 
 // Env is the environment variable that chooses the defect.
@@ -39,13 +44,15 @@ const (
 	ProducerAdvance  = "producer_advance"
 	AckBeforeDeliver = "ack_first"
 
-	CatchUpSkip     = "catchup_skip"
-	ResumeRedeliver = "resume_redeliver"
-	GapNoticeLost   = "gap_notice_lost"
+	CatchUpSkip         = "catchup_skip"
+	ResumeRedeliver     = "resume_redeliver"
+	GapNoticeLost       = "gap_notice_lost"
+	TruncatedNoticeLost = "truncated_notice_lost"
+	AppendErrorIgnored  = "append_error_ignored"
 )
 
 // Sessions lists the session defects the session soak must catch.
-var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost}
+var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost, TruncatedNoticeLost, AppendErrorIgnored}
 
 // All lists every defect the soak must catch (see producer_advance above).
 var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver}

@@ -102,3 +102,11 @@ func ResumeFrom(from uint64) uint64 {
 
 // DropGapNotice reports whether a catch-up passes over a gap row silently.
 func DropGapNotice() bool { return defect == GapNoticeLost }
+
+// DropTruncatedNotice reports whether a catch-up passes over rows
+// retention removed without its *StreamTruncated.
+func DropTruncatedNotice() bool { return defect == TruncatedNoticeLost }
+
+// IgnoreAppendError reports whether a durable broadcast whose append
+// failed is queued anyway, as if stored (with no cursor).
+func IgnoreAppendError() bool { return defect == AppendErrorIgnored }
