@@ -783,7 +783,7 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	default:
 		// A node this producer never reached in this incarnation: it is owed
 		// what was written since it started.
-		d = p.ring.Join(pe.since)
+		d = p.ring.Join(plant.JoinSince(pe.since))
 	}
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From,

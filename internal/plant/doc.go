@@ -18,6 +18,9 @@
 //	                  to see the soak stay clean
 //	ack_first         a worker marks an entry delivered (what it acknowledges) before
 //	                  delivering it, with the crash hook in between
+//	join_at_write     a producer starts a node it joins at its write cursor: what was
+//	                  written after the node's Start and before the join is skipped
+//	                  (the bug bb62e44 fixed; only publishing during a join exposes it)
 //
 // Session defects (caught by test/e2e's session soak, not in All):
 //
@@ -43,6 +46,7 @@ const (
 	WorkerSkip       = "worker_skip"
 	ProducerAdvance  = "producer_advance"
 	AckBeforeDeliver = "ack_first"
+	JoinAtWrite      = "join_at_write"
 
 	CatchUpSkip         = "catchup_skip"
 	ResumeRedeliver     = "resume_redeliver"
@@ -55,7 +59,7 @@ const (
 var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost, TruncatedNoticeLost, AppendErrorIgnored}
 
 // All lists every defect the soak must catch (see producer_advance above).
-var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver}
+var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver, JoinAtWrite}
 
 // Rates of the planted defects.
 const (

@@ -50,3 +50,8 @@ func DropTruncatedNotice() bool { return false }
 // IgnoreAppendError reports whether a durable broadcast whose append
 // failed is queued anyway, as if stored (with no cursor).
 func IgnoreAppendError() bool { return false }
+
+// JoinSince is the instant a joining node is owed messages from (planted:
+// none written so far: the node starts at the producer's write cursor, and
+// what was written between its Start and its registration is skipped).
+func JoinSince(since int64) int64 { return since }
