@@ -155,7 +155,9 @@ type Event struct {
 	// status: crashes the node's fault hook injected so far.
 	ProducerCrashes int64 `json:"producer_crashes,omitempty"`
 	WorkerCrashes   int64 `json:"worker_crashes,omitempty"`
-	// behind: (subscriber, publisher) pairs neither caught up nor told.
+	// behind: (subscriber, publisher) pairs neither caught up nor told;
+	// sessions (session nodes): what the node's producers still owe their
+	// peers (lags, and 1 per peer not joined).
 	Behind int `json:"behind,omitempty"`
 	// violation.
 	Violation *test.Violation `json:"violation,omitempty"`

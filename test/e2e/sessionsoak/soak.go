@@ -399,9 +399,10 @@ func (s *soak) failover(c *chaos.Cluster, i int) error {
 	return nil
 }
 
-// drain stops the publishers and waits until every owner has every row of
-// its store, all acked, with the stores' ends unchanged since the last
-// look (a row may still be on its way to a node-local store).
+// drain stops the publishers and waits until every producer has delivered
+// everything to every peer and every owner has every row of its store, all
+// acked, with the stores' ends unchanged since the last look (a row may
+// still be on its way to a node-local store).
 func (s *soak) drain(ctx context.Context) error {
 	if err := s.c.HealNet(); err != nil {
 		return err
@@ -421,6 +422,9 @@ func (s *soak) drain(ctx context.Context) error {
 			if err != nil || ev.Err != "" {
 				ok, why = false, fmt.Sprintf("%s: %v %s", nd.Name, err, ev.Err)
 				break
+			}
+			if ev.Behind > 0 { // a peer link in its redial wait delivers its backlog seconds later
+				ok, why = false, fmt.Sprintf("%s: its producers still owe their peers %d", nd.Name, ev.Behind)
 			}
 			if ends[nd.Name] != ev.StoreEnd {
 				ok, why = false, fmt.Sprintf("%s: store end moved from %d to %d", nd.Name, ends[nd.Name], ev.StoreEnd)
@@ -534,7 +538,7 @@ func (s *soak) ownerHardQueue(ctx context.Context, rng *rand.Rand, fres *chaos.R
 			return err
 		}
 		var closed chaos.OwnerInfo
-		err = chaos.Poll(s.o.Hold+10*time.Second, func() (bool, string) {
+		err = chaos.Poll(s.o.Hold+6*time.Second, func() (bool, string) {
 			ev, err := s.c.Call(i, chaos.Command{Op: chaos.OpSessions})
 			if err != nil {
 				return false, err.Error()

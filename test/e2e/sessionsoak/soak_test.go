@@ -48,7 +48,7 @@ func options(t *testing.T, store string, pg *pgtest.Server, node, proxy string, 
 	o := sessionsoak.Options{Store: store, PG: pg, Node: node, Proxy: proxy, Dir: t.TempDir(), Nodes: 3, Netns: netns(t),
 		Owners: 3, Publishers: 2, Rate: 100, Pad: 64, AckProb: 0.3, Messages: msgs,
 		RetainRows: 1000, SoftQueue: 250, HardQueue: 1000,
-		Hold: 4 * time.Second, Settle: time.Second, Drain: 60 * time.Second, Seed: time.Now().UnixNano(), Logf: t.Logf}
+		Hold: 3 * time.Second, Settle: time.Second, Drain: 60 * time.Second, Seed: time.Now().UnixNano(), Logf: t.Logf}
 	if pg != nil {
 		o.DSN = pg.SocketDSN()
 	}

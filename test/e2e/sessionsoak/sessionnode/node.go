@@ -284,12 +284,13 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 	return chaos.Event{Err: fmt.Sprintf("unknown op %q", c.Op)}
 }
 
-// sessions reports every owner and the store's last cursor.
+// sessions reports every owner, the store's last cursor and (Behind) what
+// this node's producers still owe their peers.
 func (n *node) sessions() chaos.Event {
 	n.mu.Lock()
 	owners := append([]*owner(nil), n.owners...)
 	n.mu.Unlock()
-	ev := chaos.Event{}
+	ev := chaos.Event{Behind: n.owed()}
 	from := uint64(1)
 	for _, o := range owners {
 		info := o.info()
@@ -340,6 +341,30 @@ func (n *node) stall(specs []chaos.OwnerSpec, stalled bool) chaos.Event {
 		found.stalled.Store(stalled)
 	}
 	return chaos.Event{}
+}
+
+// owed is what this node's producers still owe their peers: the sum of
+// their lags, and 1 for each peer a producer has not joined (unknown).
+func (n *node) owed() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := n.ps.Stats(ctx)
+	if err != nil {
+		return 1
+	}
+	owed := 0
+	for _, g := range st {
+		for _, ns := range g.Nodes {
+			if ns.Node == n.ps.NodeName() {
+				continue
+			}
+			owed += int(ns.Lag)
+			if !ns.Registered {
+				owed++
+			}
+		}
+	}
+	return owed
 }
 
 // registered lists the peers every producer of this node registered with.
