@@ -115,7 +115,7 @@ type Envelope struct {
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests
-// and replies. Only RequestSession and Reply write to it: Broadcast and
+// and replies. Only RequestFromSession and Reply write to it: Broadcast and
 // every other publishing path, Subscribe, SessionSubscribe and a Broadcast
 // message from an actor or a peer refuse it with ErrReservedTopic.
 const SessionInboxPrefix = core.SessionInboxPrefix

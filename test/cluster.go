@@ -190,7 +190,7 @@ func Heal(nodes []*Node) {
 // ErrCut is the error a cut link gives a producer's send.
 var ErrCut = errors.New("test: link cut")
 
-// Faults is a FaultHook with switchable faults.
+// Faults is a faults.Hook with switchable faults.
 type Faults struct {
 	mu        sync.Mutex
 	cut       map[string]bool

@@ -1,5 +1,7 @@
-// Package bolt is the embedded echopubsub.Store, the default: one bbolt
-// file per node, fsynced per commit, concurrent appends group-committed.
+// Package bolt is an embedded echopubsub.Store in one bbolt file per node,
+// fsynced per commit, concurrent appends group-committed; it opens in
+// constant time (the embedded default, store/seglog, reads its segments at
+// open and keeps an index in memory).
 // A node-local store: each node appends what it receives and marks what
 // it missed with gap rows (see "Durable streams" in package echopubsub).
 //

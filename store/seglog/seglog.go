@@ -61,7 +61,7 @@ func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
 
 // loc is where a row's record (storekit.AppendRecord) is, with what a
 // trim decides on (storekit.Row): its payload's length and append time
-// (UnixNano; 0: none), so that Trim reads no record.
+// (time.Time.UnixNano; 0: none), so that Trim reads no record.
 type loc struct {
 	seg, off, n uint32
 	bytes       uint32
