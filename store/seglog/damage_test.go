@@ -56,8 +56,9 @@ func recoveryCut(t *testing.T, r *sdkmetric.ManualReader, cause string) int64 {
 	return v
 }
 
-// damagedLog is a log of 300 rows of "a" (and one "b" row in ten), one
-// call each, in one segment, and where row 150's payload is.
+// damagedLog is a log of 300 rows of "a" (and one "b" row in ten, and
+// "c" rows at 100..102 and 148..152), one call each, in one segment, and
+// where row 150's payload is.
 func damagedLog(t *testing.T) (dir string, mid int) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "log")
@@ -66,6 +67,9 @@ func damagedLog(t *testing.T) (dir string, mid int) {
 		recs := []echopubsub.Record{rec("a", i)}
 		if i%10 == 0 {
 			recs = append(recs, rec("b", i))
+		}
+		if i >= 100 && i <= 102 || i >= 148 && i <= 152 { // c: cursors 1..3, then 4..8 where the damage goes
+			recs = append(recs, rec("c", i))
 		}
 		if err := s.Append(ctx(t), recs); err != nil {
 			t.Fatal(err)
@@ -126,6 +130,7 @@ func TestSeglogRepairTellsAndReusesNoCursor(t *testing.T) {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		var c []echopubsub.Record
 		log, logged := test.CapturingLogger(t, zerolog.WarnLevel)
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -166,6 +171,18 @@ func TestSeglogRepairTellsAndReusesNoCursor(t *testing.T) {
 			name == "zeroed" && (lost["a"] == 0 || lost["a"] > 4096/50 || lost["b"] > 4096/500+1) {
 			t.Fatalf("%s: gap rows: %v", name, lost)
 		}
+		// c's rows 4..8 were only near the damage: zeroed, nothing after
+		// says how many there were, so gap rows stand for as many as the
+		// zeroed bytes could hold (Missed 0), and none of 4..8 is reused.
+		c = all(t, s, "c")
+		if len(c) < 8 || name == "flipped" && len(c) != 8 || !bytes.Equal(c[2].Payload, rec("c", 102).Payload) {
+			t.Fatalf("%s: c has %d rows (want at least its 8)", name, len(c))
+		}
+		for _, r := range c[3:8] {
+			if r.Kind != echopubsub.RecordGap && !bytes.Equal(r.Payload, rec("c", 144+int(r.Cursor)).Payload) {
+				t.Fatalf("%s: c cursor %d holds %q", name, r.Cursor, r.Payload)
+			}
+		}
 		cuts, _ := filepath.Glob(filepath.Join(d, "*.cut"))
 		if len(cuts) != 1 {
 			t.Fatalf("%s: cut files %v", name, cuts)
@@ -179,7 +196,7 @@ func TestSeglogRepairTellsAndReusesNoCursor(t *testing.T) {
 			t.Fatalf("%s: after reopen: %d rows of a", name, len(a))
 		}
 		_ = s.Close()
-		t.Logf("%s: %d of 300 rows of a and %d of 30 of b are gap rows now", name, lost["a"], lost["b"])
+		t.Logf("%s: %d of 300 rows of a and %d of 30 of b are gap rows now; c has %d rows", name, lost["a"], lost["b"], len(c))
 	}
 }
 

@@ -161,8 +161,12 @@ func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.
 			for _, r := range fr.rows {
 				seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), -1
 			}
-			if len(events) > 0 && events[0].unknown > 0 { // those bytes were the frame
+			if len(events) > 0 && events[0].unknown > 0 { // the frame's bytes are accounted for
+				rest := events[0].unknown - frameHeader - len(body)
 				events = events[1:]
+				if rest > 0 {
+					events = append([]event{{unknown: rest}}, events...)
+				}
 			}
 		}
 	}
