@@ -239,3 +239,54 @@ func TestSeglogTornUnsyncedFramesAreCut(t *testing.T) {
 		t.Fatalf("recovery_cut{torn_tail} %d, want %d", n, int64(len(b))-synced)
 	}
 }
+
+// TestSeglogRepairSealedSegment: damage in a sealed segment is an Open
+// error; WithRepair keeps the log up to it, moves the segments after it
+// to .cut files and appends their rows again at their cursors: the one
+// row hit is a gap row, every other reads back.
+func TestSeglogRepairSealedSegment(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	s := mustOpen(t, dir, seglog.WithSegmentSize(seglog.MinSegmentSize))
+	for i := 1; i <= 200; i++ {
+		if err := s.Append(ctx(t), []echopubsub.Record{rec("a", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.Close()
+	p := segment(t, dir, 1)
+	b, _ := os.ReadFile(p)
+	b[bytes.Index(b, []byte("payload 20"))] ^= 1
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seglog.Open(dir); !errors.Is(err, seglog.ErrDamaged) || !strings.Contains(err.Error(), p+" offset ") {
+		t.Fatalf("Open: %v", err)
+	}
+	s = mustOpen(t, dir, seglog.WithRepair(true))
+	a := all(t, s, "a")
+	if len(a) != 200 {
+		t.Fatalf("%d rows after the repair, want 200", len(a))
+	}
+	for i, r := range a {
+		if i+1 == 20 {
+			if r.Kind != echopubsub.RecordGap || r.Missed != 1 {
+				t.Fatalf("cursor 20: %+v, want a gap row", r)
+			}
+		} else if !bytes.Equal(r.Payload, rec("a", i+1).Payload) {
+			t.Fatalf("cursor %d: %q", r.Cursor, r.Payload)
+		}
+	}
+	more := []echopubsub.Record{rec("a", 201)}
+	if err := s.Append(ctx(t), more); err != nil || more[0].Cursor != 201 {
+		t.Fatalf("append: cursor %d, %v", more[0].Cursor, err)
+	}
+	_ = s.Close()
+	if cuts, _ := filepath.Glob(filepath.Join(dir, "*.cut")); len(cuts) < 2 {
+		t.Fatalf(".cut files: %v", cuts)
+	}
+	s = mustOpen(t, dir)
+	defer s.Close()
+	if a := all(t, s, "a"); len(a) != 201 {
+		t.Fatalf("after reopen: %d rows", len(a))
+	}
+}
