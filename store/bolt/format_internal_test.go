@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,4 +120,54 @@ func TestBoltReadServesNoDamagedRow(t *testing.T) {
 	}
 	defer s.Close()
 	storetest.ServesNoDamagedRow(t, s, func() []string { return []string{path} })
+}
+
+// TestUpgradeInChunks: a file of 25,000 rows without checksums, in three
+// streams, is rewritten in chunks of upgradeChunk rows: every row reads
+// back, checked, at its cursor, and each stream goes on after its end.
+func TestUpgradeInChunks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{"s1": 12_000, "s2": 3, "s3": 12_997}
+	if err := s.db.Update(func(tx *bbolt.Tx) error {
+		for name, n := range counts {
+			b, err := tx.Bucket(bucketStreams).CreateBucket([]byte(name))
+			if err != nil {
+				return err
+			}
+			for i := 1; i <= n; i++ {
+				c, _ := b.NextSequence()
+				r := echopubsub.Record{Kind: echopubsub.RecordMessage, PayloadType: "t", Payload: []byte(fmt.Sprint(name, "/", i))}
+				if err := b.Put(cursorKey(c), encodeV2(&r)); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.Bucket(bucketMeta).Delete(keyFormat)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for name, n := range counts {
+		recs, next, err := s.Read(context.Background(), name, 1, 20_000)
+		if err != nil || len(recs) != n || next != uint64(n+1) {
+			t.Fatalf("%s: %d rows, next %d, err %v; want %d", name, len(recs), next, err, n)
+		}
+		for i, r := range recs {
+			if string(r.Payload) != fmt.Sprint(name, "/", i+1) || r.Cursor != uint64(i+1) {
+				t.Fatalf("%s row %d: cursor %d %q", name, i, r.Cursor, r.Payload)
+			}
+		}
+		more := []echopubsub.Record{{Stream: name, Kind: echopubsub.RecordMessage, PayloadType: "t"}}
+		if err := s.Append(context.Background(), more); err != nil || more[0].Cursor != uint64(n+1) {
+			t.Fatalf("%s: append: cursor %d, %v", name, more[0].Cursor, err)
+		}
+	}
 }
