@@ -9,6 +9,7 @@ type Config struct {
 	Name                                                string
 	PoolSize, BufferSize, MaxPendingWrites, MaxQueueLen int
 	MaxBatchMessages, MaxBatchesInFlight, MaxBatchBytes int
+	MaxTopicBytes                                       int
 	BatchInterval, CallTimeout, RetryInterval           time.Duration
 	CapacityWarningInterval, ForgetAfter                time.Duration
 	CapacityWarningThreshold                            float64
