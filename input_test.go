@@ -1,6 +1,7 @@
 package echopubsub_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/echopubsub/echopubsub"
@@ -101,4 +104,48 @@ func askBroadcast(t *testing.T, nd *test.Node, topic string) error {
 		return errors.New(e)
 	}
 	return nil
+}
+
+// TestAnEntryWithABadTopicDoesNotWedgeThePeersStream (issue 37, in depth):
+// should a topic that is not UTF-8 get past Broadcast (a bug, a peer of an
+// older build), the peer still decodes the batch (the names travel as
+// bytes), passes over that one entry (no subscriber can hold such a topic,
+// so nobody lost anything, and nobody is told a false CursorExpired),
+// counts exactly it, and takes everything after it. The bad topic is made
+// on the wire: node 0's fault hook rewrites "room:BAD" to "room:\xffAD" in
+// the encoded batch (same length) before it is sent, bypassing the check
+// at Broadcast without a seam in the library.
+func TestAnEntryWithABadTopicDoesNotWedgeThePeersStream(t *testing.T) {
+	log := test.Logger(t, zerolog.InfoLevel)
+	m1 := newMeter(t)
+	nodes, addrs := test.NewNodes(t, 2, log)
+	nodes[0].Start(t, fastConfig(), staticOf(addrs))
+	nodes[1].Start(t, fastConfig(), staticOf(addrs), echopubsub.WithMeterProvider(m1.mp))
+	good, bad := []byte("room:BAD"), []byte("room:\xffAD")
+	nodes[0].Faults.SetOnSend(func(_ string, req proto.Message) {
+		if b, ok := req.(*messages.Batch); ok { // messages.Encoded: its bytes are its unknown fields
+			if u := b.ProtoReflect().GetUnknown(); bytes.Contains(u, good) {
+				b.ProtoReflect().SetUnknown(bytes.ReplaceAll(u, good, bad))
+			}
+		}
+	})
+	later := nodes[1].Subscribe(t, "room:ok")
+
+	const n = 50
+	var want []uint64
+	for i := uint64(1); i <= n; i++ {
+		if i == n/2 {
+			nodes[0].Broadcast(t, "room:BAD", stamp(0))
+		}
+		nodes[0].Broadcast(t, "room:ok", stamp(i))
+		want = append(want, i)
+	}
+	wantStamps(t, later, want...)
+	m1.eventually(t, "echopubsub.worker.entries_passed_over", func(v int64) bool { return v == 1 }, "1 (the one bad entry)")
+	if later.Len() != n {
+		t.Fatalf("the peer's subscriber got %s, want the %d stamps and no notice (nothing it could hold was lost)", later.Describe(), n)
+	}
+	if v := m1.value(t, "echopubsub.cursor_expired.received"); v != 0 {
+		t.Errorf("the peer told its subscribers CursorExpired %d times, want 0 (a false alarm)", v)
+	}
 }

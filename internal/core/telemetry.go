@@ -24,6 +24,7 @@ type Metrics struct {
 	BatchesSent, BatchesAcked    metric.Int64Counter
 	Retries                      metric.Int64Counter
 	ExpiredSent, ExpiredReceived metric.Int64Counter
+	EntriesPassedOver            metric.Int64Counter
 	RoundTrip                    metric.Float64Histogram
 	gauges                       sync.Map // gaugeKey -> *PeerGauge
 	registration                 metric.Registration
@@ -114,6 +115,7 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	m.Retries = counter("echopubsub.retries", "{call}", "Failed calls to a peer node, each retried after RetryInterval.")
 	m.ExpiredSent = counter("echopubsub.cursor_expired.sent", "{notice}", "CursorExpired told to a peer node by this node's producers.")
 	m.ExpiredReceived = counter("echopubsub.cursor_expired.received", "{notice}", "CursorExpired notices this node's workers gave their subscribers.")
+	m.EntriesPassedOver = counter("echopubsub.worker.entries_passed_over", "{message}", "Received entries whose topic is not valid UTF-8, acknowledged without delivering: no subscriber can hold such a topic (a producer of this build refuses it).")
 	m.lagGauge = gauge("echopubsub.peer.lag", "{message}", "Messages a peer node has not acknowledged (its lag behind the write cursor).")
 	m.failsGauge = gauge("echopubsub.peer.failures", "{call}", "Consecutive failed calls to a peer node.")
 	if err != nil {
@@ -203,6 +205,7 @@ func (m *Metrics) recordZeros() {
 		m.Published.Add(ctx, 0, g)
 		m.Delivered.Add(ctx, 0, g)
 		m.ExpiredReceived.Add(ctx, 0, g)
+		m.EntriesPassedOver.Add(ctx, 0, g)
 	}
 	for _, c := range []struct {
 		c   metric.Int64Counter
