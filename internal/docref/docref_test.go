@@ -93,7 +93,7 @@ var notGo = map[string]bool{"OrderedReady": true, "By": true, "SyncAlways": true
 	// Names of products and of other projects' options, in prose.
 	"EchoPubSub": true, "WebSocket": true, "WebSockets": true, "JavaScript": true, "OpenTelemetry": true,
 	"JetStream": true, "ScoreBoard": true, "PubAck": true, "AckExplicit": true, "ExitOnError": true,
-	"AcceptOptions": true}
+	"AcceptOptions": true, "StatefulSet": true}
 
 func (d *decls) addExternal(t *testing.T, root string) {
 	t.Helper()
