@@ -120,7 +120,9 @@ func TestAnEntryWithABadTopicDoesNotWedgeThePeersStream(t *testing.T) {
 	m1 := newMeter(t)
 	nodes, addrs := test.NewNodes(t, 2, log)
 	nodes[0].Start(t, fastConfig(), staticOf(addrs))
-	nodes[1].Start(t, fastConfig(), staticOf(addrs), echopubsub.WithMeterProvider(m1.mp))
+	store := test.NewMemStore() // the peer stores room:* (a real store may refuse a stream name that is not UTF-8)
+	nodes[1].Start(t, fastConfig(), staticOf(addrs), echopubsub.WithMeterProvider(m1.mp),
+		echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))
 	good, bad := []byte("room:BAD"), []byte("room:\xffAD")
 	nodes[0].Faults.SetOnSend(func(_ string, req proto.Message) {
 		if b, ok := req.(*messages.Batch); ok { // messages.Encoded: its bytes are its unknown fields
@@ -147,5 +149,12 @@ func TestAnEntryWithABadTopicDoesNotWedgeThePeersStream(t *testing.T) {
 	}
 	if v := m1.value(t, "echopubsub.cursor_expired.received"); v != 0 {
 		t.Errorf("the peer told its subscribers CursorExpired %d times, want 0 (a false alarm)", v)
+	}
+	// Nor was it stored: the peer's store holds room:ok's 50 rows, nothing else.
+	for stream, want := range map[string]int{"room:ok": n, "room:\xffAD": 0} {
+		rows, _, err := store.Read(context.Background(), stream, 1, 2*n)
+		if err != nil || len(rows) != want {
+			t.Errorf("the peer's store holds %d rows of %q (%v), want %d", len(rows), stream, err, want)
+		}
 	}
 }

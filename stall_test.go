@@ -22,7 +22,8 @@ import (
 func TestStalledPeerShowsInStatsHealthAndMetric(t *testing.T) {
 	cfg := fastConfig() // StallAfter = 2 CallTimeout + BatchInterval = 1.01 s
 	m0 := newMeter(t)
-	nodes, addrs := test.NewNodes(t, 2, test.Logger(t, zerolog.InfoLevel))
+	log, logged := test.CapturingLogger(t, zerolog.InfoLevel)
+	nodes, addrs := test.NewNodes(t, 2, log)
 	nodes[0].Start(t, cfg, staticOf(addrs), echopubsub.WithMeterProvider(m0.mp))
 	nodes[1].Start(t, cfg, staticOf(addrs))
 	peer := nodes[1].Addr
@@ -74,10 +75,16 @@ func TestStalledPeerShowsInStatsHealthAndMetric(t *testing.T) {
 	if v := m0.value(t, "echopubsub.peer.stalled"); v != 1 {
 		t.Errorf("echopubsub.peer.stalled = %d, want 1", v)
 	}
+	if !logged.Contains("peer stream stalled") {
+		t.Errorf("the stall was not logged")
+	}
 
 	nodes[0].Faults.HealAll()
 	wantStamps(t, c, want...)
 	test.Eventually(t, 10*time.Second, func() bool {
 		return !nodes[0].NodeStats(t, peer).Stalled && !health().Stalled && m0.value(t, "echopubsub.peer.stalled") == 0
 	}, test.Sprintf("node 1 still reported stalled after it took every message"))
+	if logged.Count("peer stream stalled") != 1 {
+		t.Errorf("the stall was logged %d times, want once", logged.Count("peer stream stalled"))
+	}
 }

@@ -119,6 +119,7 @@ type peer struct {
 	// progressLag the read cursor and lag watch last saw (the stall rule).
 	lastFail                  string
 	progressNext, progressLag uint64
+	stalled                   bool // as last logged
 
 	retryCancel, forgetCancel scheduler.CancelFunc
 
@@ -1133,11 +1134,21 @@ func (p *producer) stats() *messages.GroupStats {
 // nothing when last seen (the clock starts when it starts being owed, not
 // at the end of an idle spell).
 func (p *producer) watch(pe *peer, lag uint64) {
+	now := core.Monotonic()
 	if pe.next != pe.progressNext || lag == 0 || pe.progressLag == 0 {
 		pe.progressNext = pe.next
-		pe.gauge.Progressed(core.Monotonic())
+		pe.gauge.Progressed(now)
 	}
 	pe.progressLag = lag
+	if stalled := pe.gauge.Stalled(lag, now); stalled != pe.stalled { // logged once per change
+		pe.stalled = stalled
+		if stalled {
+			p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Uint64("next", pe.next).Str("reason", stallReason(pe)).
+				Dur("stall_after", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
+		} else {
+			p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Msg("peer stream moves again")
+		}
+	}
 }
 
 // stallReason says why pe's stream makes no progress, as far as the
