@@ -104,8 +104,8 @@
 // trip 0.6..0.9 ms, up to 4 ms on a fresh connection, and Start about
 // 0.6 ms in-process, so only a Broadcast that returned within a few
 // milliseconds of Start being called is uncertain; creating and starting
-// an actor system's remote took 12 ms there (TestLateNodeGetsNothing-
-// BroadcastBeforeItsStart). With three CPU-bound processes beside that
+// an actor system's remote took 12 ms there
+// (TestLateNodeGetsNothingBroadcastBeforeItsStart). With three CPU-bound processes beside that
 // test, a probe's round trip reached 17 ms (median 0.3 ms) and the gap from
 // its last Broadcast before Start to the Start call was 2..46 ms, so the
 // node sometimes gets those messages as history (a 5.8 ms probe against a
@@ -153,7 +153,7 @@
 // at SoftQueue pending the next one waits for acks, so that a backlog (a
 // node's catch-up) never closes an owner that acks at once; an owner that
 // acks nothing for Config.RoomWait is not paced until it acks again (see
-// "Pacing" in package actors/session). A full node-wide table
+// "Pacing" in package internal/session). A full node-wide table
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.

@@ -3,6 +3,7 @@ package echopubsub
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"time"
@@ -42,6 +43,11 @@ type PeerHealth struct {
 	LastAckAge  time.Duration `json:"last_ack_age_ns"`
 	Expirations int           `json:"expirations"`
 	Failures    int           `json:"failures"`
+	// Stalled: the stream to the peer (of some pool group) makes no
+	// progress while the peer is owed messages (messages.NodeStats.Stalled);
+	// StallReason says why. A stalled peer does not make this node unready.
+	Stalled     bool   `json:"stalled"`
+	StallReason string `json:"stall_reason,omitempty"`
 }
 
 // Health reports readiness (see Health.Ready) from every producer's view.
@@ -78,6 +84,9 @@ func (ps *PubSub) Health(ctx context.Context) Health {
 			p.LagUnknown = p.LagUnknown || ns.LagUnknown
 			p.Expirations += ns.Expirations
 			p.Failures = max(p.Failures, ns.Failures)
+			if ns.Stalled && !p.Stalled {
+				p.Stalled, p.StallReason = true, fmt.Sprintf("group %d: %s", g.Group, ns.StallReason)
+			}
 			if ns.LastAck.IsZero() {
 				never[ns.Node] = true
 			} else if age := now.Sub(ns.LastAck); age > p.LastAckAge {

@@ -15,10 +15,11 @@ import (
 
 // Store keeps durable streams: for each stream (a topic named durable with
 // WithDurableTopics), the rows appended to it, numbered by a cursor. Three
-// implementations ship: package store/bolt (embedded, one file per node,
-// the default), package store/seglog (embedded, a segmented log: one
-// fdatasync per commit) and module store/postgres (PostgreSQL shared by
-// the cluster). Package store/storetest is the conformance suite every
+// implementations ship: package store/seglog (embedded, a segmented log in
+// one directory per node, one fdatasync per commit: the default, and the
+// demo's), module store/bolt (embedded, one bbolt file per node, which opens
+// in constant time) and module store/postgres (PostgreSQL shared by the
+// cluster). Package store/storetest is the conformance suite every
 // Store must pass. A Store validates what it is given: a record needs a
 // Stream, a Kind of RecordMessage or RecordGap, and a message record its
 // PayloadType.
@@ -175,8 +176,9 @@ var (
 
 // WithStore makes the pubsub keep its durable topics (WithDurableTopics) in
 // s. The caller owns s: Stop does not close it, so that it can outlive the
-// pubsub (or serve a restarted one). Defaults to none. The embedded store is
-// package store/bolt (bolt.Open); PostgreSQL is module store/postgres.
+// pubsub (or serve a restarted one). Defaults to none. The embedded default
+// is package store/seglog (seglog.Open); module store/bolt (bolt.Open) is the
+// other embedded store; PostgreSQL is module store/postgres.
 func WithStore(s Store) Option { return func(o *options) { o.store = s } }
 
 // WithDurableTopics names the topics whose broadcasts are durable: each is

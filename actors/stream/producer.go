@@ -115,6 +115,11 @@ type peer struct {
 	expired  int
 	failures int
 	lastErr  string
+	// lastFail is the error of the last failed call; progressNext and
+	// progressLag the read cursor and lag watch last saw (the stall rule).
+	lastFail                  string
+	progressNext, progressLag uint64
+	stalled                   bool // as last logged
 
 	retryCancel, forgetCancel scheduler.CancelFunc
 
@@ -416,6 +421,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	}
 	p.capacity(ctx, pe, d.Lag)
 	pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
+	p.watch(pe, d.Lag)
 	switch d.Kind {
 	case ringbuf.CaughtUp:
 		pe.due = false
@@ -554,6 +560,14 @@ func (p *producer) acked(pe *peer, workerNext uint64) {
 	}
 	if pe.sent < pe.next {
 		pe.sent = pe.next
+	}
+	// The lag gauge and the stall watch see the ack now: the ack of the
+	// last batch is not followed by a service call when nothing is left
+	// (the gauge kept the lag it had at the send, and an idle, caught-up
+	// peer showed as stalled).
+	if d, err := p.ring.Decide(pe.next); err == nil {
+		pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
+		p.watch(pe, d.Lag)
 	}
 }
 
@@ -999,6 +1013,7 @@ func (p *producer) answered(pe *peer) {
 // logs the first failure and then every 50th, never one line per attempt.
 func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
+	pe.lastFail = err.Error()
 	pe.callable = false // the next call waits until the node accepts a connection (reach.go)
 	if pe.failures == 1 || pe.failures%50 == 0 {
 		p.log.Warn().Str("peer", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
@@ -1039,6 +1054,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 		if pe == nil {
 			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name),
 				listed: monotonic()}
+			pe.gauge.Watch(core.Monotonic(), p.cfg.StallAfter())
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
@@ -1104,9 +1120,50 @@ func (p *producer) stats() *messages.GroupStats {
 				ns.Next, ns.Lag, ns.Expired, ns.LagUnknown = 0, gs.WriteCursor, false, true
 			}
 		}
+		p.watch(pe, ns.Lag)
+		if ns.Stalled = pe.gauge.Stalled(ns.Lag, core.Monotonic()); ns.Stalled {
+			ns.StallReason = stallReason(pe)
+		}
 		gs.Nodes = append(gs.Nodes, ns)
 	}
 	return gs
+}
+
+// watch records pe's progress for the stall rule (core.Stalled): its read
+// cursor moved since last seen, or it is owed nothing, or it was owed
+// nothing when last seen (the clock starts when it starts being owed, not
+// at the end of an idle spell).
+func (p *producer) watch(pe *peer, lag uint64) {
+	now := core.Monotonic()
+	if pe.next != pe.progressNext || lag == 0 || pe.progressLag == 0 {
+		pe.progressNext = pe.next
+		pe.gauge.Progressed(now)
+	}
+	pe.progressLag = lag
+	if stalled := pe.gauge.Stalled(lag, now); stalled != pe.stalled { // logged once per change
+		pe.stalled = stalled
+		if stalled {
+			p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Uint64("next", pe.next).Str("reason", stallReason(pe)).
+				Dur("stall_after", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
+		} else {
+			p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Msg("peer stream moves again")
+		}
+	}
+}
+
+// stallReason says why pe's stream makes no progress, as far as the
+// producer knows.
+func stallReason(pe *peer) string {
+	switch {
+	case pe.failures > 0:
+		return fmt.Sprintf("%d calls in a row failed, the last: %s", pe.failures, pe.lastFail)
+	case pe.absent:
+		return "the node left the membership"
+	case !pe.registered:
+		return "not joined with the node's worker yet"
+	default:
+		return fmt.Sprintf("the node's worker answers but its read cursor stays at %d", pe.next)
+	}
 }
 
 // joinStats is a join decision as NodeStats' Next, Lag and Expired.

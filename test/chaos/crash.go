@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// CrashHook is a node process's FaultHook (internal/faults; install it with
+// CrashHook is a node process's faults.Hook (install it with
 // faults.Option): armed by Arm (the "crash" command), it panics once inside
 // the producer (Send runs on the producer's goroutine) or the worker
 // (Delivered runs on the worker's, after it handed an entry of a batch to
