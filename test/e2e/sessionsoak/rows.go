@@ -64,14 +64,20 @@ type RowLog struct {
 }
 
 // OpenRowLog opens (or creates) the rows log at path and finds the last
-// cursor an earlier process of the slot copied.
+// cursor an earlier process of the slot copied. A torn last line (a kill
+// -9 in the middle of a large write) is cut off first, so that the next
+// line does not run on from it.
 func OpenRowLog(path string) (*RowLog, error) {
-	rows, err := LoadRows(path)
+	rows, valid, err := loadRows(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(valid); err != nil {
+		_ = f.Close()
 		return nil, err
 	}
 	l := &RowLog{f: f}
@@ -107,26 +113,34 @@ func (l *RowLog) Close() error { return l.f.Close() }
 // LoadRows reads a rows log (a torn last line, from a kill -9 in the
 // middle of a write, is left out).
 func LoadRows(path string) ([]chaos.StoreRow, error) {
+	rows, _, err := loadRows(path)
+	return rows, err
+}
+
+// loadRows is LoadRows, and the length of the whole lines.
+func loadRows(path string) ([]chaos.StoreRow, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	var out []chaos.StoreRow
+	var valid int64
 	rd := bufio.NewReader(f)
 	for {
 		line, err := rd.ReadBytes('\n')
 		if err == io.EOF {
-			return out, nil // a last line without its newline is torn
+			return out, valid, nil // a last line without its newline is torn
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		var r chaos.StoreRow
 		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, 0, fmt.Errorf("%s: %w", path, err)
 		}
 		out = append(out, r)
+		valid += int64(len(line))
 	}
 }
 
