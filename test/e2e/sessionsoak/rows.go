@@ -29,7 +29,7 @@ import (
 
 // RowLogEvery is how often a session node copies its store's new rows to
 // its rows log; retention must keep rows far longer than this.
-const RowLogEvery = 200 * time.Millisecond
+const RowLogEvery = 50 * time.Millisecond
 
 // ReadRows reads the soak topic's rows of st from cursor from on.
 func ReadRows(ctx context.Context, st echopubsub.Store, from uint64) ([]chaos.StoreRow, error) {

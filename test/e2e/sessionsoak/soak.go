@@ -89,7 +89,7 @@ type Options struct {
 	// PG is the server behind DSN (the PostgreSQL faults crash and pause it).
 	PG *pgtest.Server
 	// RetainRows, when > 0, is every node's WithRetention MaxRows (trimmed
-	// every 250 ms); SoftQueue and HardQueue are the session settings (0:
+	// every second); SoftQueue and HardQueue are the session settings (0:
 	// the library's defaults).
 	RetainRows           uint64
 	SoftQueue, HardQueue int
@@ -217,7 +217,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			args := []string{"-ack-prob", fmt.Sprint(o.AckProb), "-rows", filepath.Join(o.Dir, nd.Name+".rows"),
 				"-soft-queue", fmt.Sprint(o.SoftQueue), "-hard-queue", fmt.Sprint(o.HardQueue)}
 			if o.RetainRows > 0 {
-				args = append(args, "-retention-rows", fmt.Sprint(o.RetainRows), "-retention-interval", "250ms")
+				args = append(args, "-retention-rows", fmt.Sprint(o.RetainRows), "-retention-interval", "1s")
 			}
 			if o.Store == StoreBolt {
 				return append(args, "-bolt", filepath.Join(o.Dir, nd.Name+".db"))
