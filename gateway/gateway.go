@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -253,13 +254,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	defer g.wg.Done()
 
-	s := &socket{gw: g, identity: identity, out: make(chan outFrame, g.cfg.OutboundQueue),
+	s := &socket{gw: g, identity: identity, out: newOutQueue(g.cfg.OutboundQueue),
 		closeCh: make(chan struct{}), writerDone: make(chan struct{}), subs: map[string]bool{},
 		requests: map[uint64]*echopubsub.Envelope{}}
 	system := g.ps.ActorSystem()
 	s.owner = system.Root.Spawn(actor.PropsFromFunc(s.receive))
 	defer func() { _ = system.Root.StopFuture(s.owner).Wait() }()
-	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity))
+	// WithHandoff: the writer reports each envelope it wrote (Handed), so
+	// that time in this socket's queue and writes is never the client's.
+	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity), echopubsub.WithHandoff())
 	if err != nil {
 		http.Error(w, "session: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -307,7 +310,7 @@ type socket struct {
 	sid      string
 	owner    *actor.PID
 
-	out        chan outFrame // never closed: a late send is dropped with the socket
+	out        *outQueue // frames for the writer; a late send is dropped with the socket
 	closeOnce  sync.Once
 	closeCh    chan struct{} // closed by requestClose
 	writerDone chan struct{}
@@ -365,9 +368,7 @@ func (s *socket) receive(ctx actor.Context) {
 // send queues f for the writer; a full queue makes the socket a slow
 // consumer.
 func (s *socket) send(f outFrame) {
-	select {
-	case s.out <- f:
-	default:
+	if !s.out.push(f) {
 		s.requestClose(websocket.StatusPolicyViolation, "slow consumer: outbound queue full", false)
 		// Nothing more can reach this client: stop reserving for it now.
 		_ = s.gw.ps.CloseSession(s.sid)
@@ -415,24 +416,17 @@ func (s *socket) writeLoop() {
 				_ = s.conn.CloseNow()
 				return
 			}
-		case f := <-s.out:
-			if err := s.write(f); err != nil {
+		case <-s.out.ready:
+			if err := s.drain(true); err != nil {
 				s.requestClose(websocket.StatusPolicyViolation, "slow consumer: write timed out", false)
 				_ = s.conn.CloseNow()
 				return
 			}
 		case <-s.closeCh:
 			if s.flush {
-				for drained := false; !drained; {
-					select {
-					case f := <-s.out:
-						if err := s.write(f); err != nil {
-							_ = s.conn.CloseNow()
-							return
-						}
-					default:
-						drained = true
-					}
+				if err := s.drain(false); err != nil {
+					_ = s.conn.CloseNow()
+					return
 				}
 			}
 			_ = s.conn.Close(s.closeCode, s.closeReason)
@@ -441,6 +435,31 @@ func (s *socket) writeLoop() {
 	}
 }
 
+// drain writes queued frames until the queue is empty or, when stopAtClose
+// is set, a close was requested (writeLoop then closes, flushing or not).
+func (s *socket) drain(stopAtClose bool) error {
+	for {
+		if stopAtClose {
+			select {
+			case <-s.closeCh:
+				return nil
+			default:
+			}
+		}
+		f, ok := s.out.pop()
+		if !ok {
+			return nil
+		}
+		if err := s.write(f); err != nil {
+			return err
+		}
+		runtime.Gosched()
+	}
+}
+
+// write encodes and writes one frame. Once a durable envelope is written
+// the session is told (Handed): the wait for its ack is the client's from
+// now, not before.
 func (s *socket) write(f outFrame) error {
 	b := f.raw
 	switch {
@@ -451,7 +470,13 @@ func (s *socket) write(f outFrame) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.gw.cfg.WriteTimeout)
 	defer cancel()
-	return s.conn.Write(ctx, websocket.MessageText, b)
+	if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		return err
+	}
+	if f.env != nil && f.env.DeliveryID > 0 {
+		_ = s.gw.ps.Handed(s.sid, f.env.DeliveryID) // fails only once the session is closed: nothing to tell
+	}
+	return nil
 }
 
 func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
