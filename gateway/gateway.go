@@ -48,7 +48,11 @@ import (
 // is a slow consumer like any session: the pubsub's SoftQueue and HardQueue
 // (echopubsub.Config) apply, and its SlowConsumerAction closes the
 // session, then the gateway closes the socket with a close frame saying
-// why.
+// why. Only the client's own time counts against it: sessions are opened
+// WithHandoff and the writer reports each envelope it wrote
+// (PubSub.Handed), so the time an envelope waits in the socket's queue or
+// in a slow write never makes a client that acks promptly look stalled
+// (RoomWait).
 type Gateway struct {
 	ps   *echopubsub.PubSub
 	cfg  Config
@@ -106,7 +110,9 @@ type Config struct {
 	// OutboundQueue is how many frames may wait for a socket's writer.
 	// Durable envelopes are bounded by the session's HardQueue first; a
 	// socket whose queue is full (ephemeral deliveries, notices) is a slow
-	// consumer and is closed. Default 4096; must be above the pubsub's
+	// consumer and is closed. The queue grows as frames come and gives its
+	// memory back once drained: an idle socket keeps at most 64 slots,
+	// whatever the bound. Default 4096; must be above the pubsub's
 	// HardQueue, so that the session's own rule acts first.
 	OutboundQueue int
 	// PingInterval is how often an idle socket is pinged; a peer that does
@@ -453,6 +459,10 @@ func (s *socket) drain(stopAtClose bool) error {
 		if err := s.write(f); err != nil {
 			return err
 		}
+		// One frame, then the other sockets' goroutines: a writer with a
+		// long queue would otherwise keep a CPU for a whole time slice
+		// while the acks of other sockets wait to be read, and a client
+		// whose ack the server has not read yet looks stalled.
 		runtime.Gosched()
 	}
 }
