@@ -153,7 +153,11 @@
 // at SoftQueue pending the next one waits for acks, so that a backlog (a
 // node's catch-up) never closes an owner that acks at once; an owner that
 // acks nothing for Config.RoomWait is not paced until it acks again (see
-// "Pacing" in package actors/session). A full node-wide table
+// "Pacing" in package internal/session). An owner that hands its envelopes
+// on to the consumer that acks them, through a queue of its own (the
+// gateway: a socket's queue and writer), opens WithHandoff and reports
+// with Handed what it handed on, so that only the consumer's own time
+// counts against it. A full node-wide table
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.
