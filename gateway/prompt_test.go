@@ -124,7 +124,7 @@ func TestGatewayPromptClientsNeverClosedAsSlow(t *testing.T) {
 	}
 	// The clients that never read: their sessions are closed (HardQueue,
 	// or a write that timed out) and their sockets with them.
-	test.Eventually(t, 2*gcfg.WriteTimeout+5*time.Second, func() bool {
+	test.Eventually(t, 15*time.Second, func() bool { // a write timeout, then the close handshake (up to 5 s)
 		for _, c := range append(append([]*wsClient{}, silent...), readers...) {
 			if _, open := nd.PS.SessionIdentity(c.sid); open {
 				return false
