@@ -83,7 +83,15 @@ type subscriber struct {
 	// Terminated is acted on only when the process registry no longer
 	// holds it.
 	proc *actor.ActorProcess
-	subs []*subscription // registry only (under its lock): this subscriber's subscriptions
+	// Registry only (under its lock): this subscriber's subscriptions. Up
+	// to smallSubs of them sit in subs, which Unsubscribe searches in
+	// full; past that they move to an index by topic (its subscription to
+	// each topic in byTopic, any more to the same topic in dups), so that
+	// leaving a topic costs O(1) however many topics the subscriber holds
+	// (see subscriber.take).
+	subs    []*subscription
+	byTopic map[string]*subscription
+	dups    map[string][]*subscription
 
 	expired uint64 // guarded by Dispatcher.expiredMu: the last Expired pass that reached it
 
