@@ -423,19 +423,44 @@ func TestWithFromCatchUpKeepsPaceWithPromptAcks(t *testing.T) {
 		for _, live := range []bool{false, true} {
 			for _, ackAfter := range []time.Duration{0, 2 * time.Millisecond} {
 				t.Run(fmt.Sprintf("RoomWait=%v/live=%v/ackAfter=%v", roomWait, live, ackAfter), func(t *testing.T) {
-					catchUpPace(t, stored, within, roomWait, live, ackAfter)
+					cfg := sessionConfig(20, 200)
+					cfg.RoomWait = roomWait
+					store := test.NewMemStore()
+					nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+					catchUpPace(t, nd, store, stored, within, live, ackAfter)
 				})
 			}
 		}
 	}
 }
 
-// catchUpPace is one TestWithFromCatchUpKeepsPaceWithPromptAcks case.
-func catchUpPace(t *testing.T, stored uint64, within, roomWait time.Duration, live bool, ackAfter time.Duration) {
-	cfg := sessionConfig(20, 200)
-	cfg.RoomWait = roomWait
+// TestWithFromCatchUpThroughAFullTableKeepsPace: another session holds 20
+// of the node's 30 reservations, so a catch-up (SoftQueue 20) is refused
+// for a full table every 10 rows and retries after a pause. The pause
+// grows only while nothing goes through: 1,000 rows arrive within 5 s while
+// live messages arrive on the stream (a backoff that only a read with no
+// live envelope pending reset sat at 1 s: 10 rows a second).
+func TestWithFromCatchUpThroughAFullTableKeepsPace(t *testing.T) {
+	cfg := sessionConfig(20, 30)
+	cfg.RoomWait = 0
+	cfg.MaxDeliveryReservations = 30
 	store := test.NewMemStore()
 	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+	blocker := spawnOwner(t, nd, nil) // acks nothing
+	openSession(t, nd, blocker, []string{"fill"})
+	for i := uint64(1); i <= 20; i++ {
+		nd.Broadcast(t, "fill", stamp(i))
+	}
+	waitEnvelopes(t, blocker, 20)
+	catchUpPace(t, nd, store, 1000, 5*time.Second, true, 0)
+}
+
+// catchUpPace publishes stored rows on room:1 (durable, kept in store) from
+// nd, and checks that a session following it WithFrom(1), whose owner
+// acks each envelope ackAfter after it got it, gets them within within
+// (live: while a message a millisecond is published on the stream), then
+// every row once, in cursor order, with no notice.
+func catchUpPace(t *testing.T, nd *test.Node, store *test.MemStore, stored uint64, within time.Duration, live bool, ackAfter time.Duration) {
 	publishStamps(t, nd, "room:1", "stored", 1, stored)
 	stop, done := make(chan struct{}), make(chan error, 1)
 	var once sync.Once
