@@ -221,45 +221,45 @@ const smallSubs = 8
 // keep records s (already added to its topic) as one of sub's
 // subscriptions. The registry holds its lock.
 func (sub *subscriber) keep(s *subscription) {
-	if sub.byTopic == nil && len(sub.subs) < smallSubs {
+	if sub.idx == nil && len(sub.subs) < smallSubs {
 		sub.subs = append(sub.subs, s)
 		return
 	}
-	if sub.byTopic == nil {
-		sub.byTopic = make(map[string]*subscription, 2*smallSubs)
+	if sub.idx == nil {
+		sub.idx = &topicIndex{byTopic: make(map[string]*subscription, 2*smallSubs)}
 		for _, old := range sub.subs {
-			sub.index(old)
+			sub.idx.add(old)
 		}
 		sub.subs = nil
 	}
-	sub.index(s)
+	sub.idx.add(s)
 }
 
-func (sub *subscriber) index(s *subscription) {
+func (x *topicIndex) add(s *subscription) {
 	topic := s.t.name
-	if _, dup := sub.byTopic[topic]; !dup {
-		sub.byTopic[topic] = s
+	if _, dup := x.byTopic[topic]; !dup {
+		x.byTopic[topic] = s
 		return
 	}
-	if sub.dups == nil {
-		sub.dups = map[string][]*subscription{}
+	if x.dups == nil {
+		x.dups = map[string][]*subscription{}
 	}
-	sub.dups[topic] = append(sub.dups[topic], s)
+	x.dups[topic] = append(x.dups[topic], s)
 }
 
 // take removes sub's subscriptions to topic and calls fn with each: O(1) per
 // subscription taken once sub is indexed, O(smallSubs) before. The registry
 // holds its lock.
 func (sub *subscriber) take(topic string, fn func(*subscription)) {
-	if sub.byTopic != nil {
-		s, ok := sub.byTopic[topic]
+	if x := sub.idx; x != nil {
+		s, ok := x.byTopic[topic]
 		if !ok {
 			return
 		}
-		delete(sub.byTopic, topic)
+		delete(x.byTopic, topic)
 		fn(s)
-		if dups, ok := sub.dups[topic]; ok {
-			delete(sub.dups, topic)
+		if dups, ok := x.dups[topic]; ok {
+			delete(x.dups, topic)
 			for _, d := range dups {
 				fn(d)
 			}
@@ -283,18 +283,22 @@ func (sub *subscriber) each(fn func(*subscription)) {
 	for _, s := range sub.subs {
 		fn(s)
 	}
-	for _, s := range sub.byTopic {
-		fn(s)
-	}
-	for _, dups := range sub.dups {
-		for _, d := range dups {
-			fn(d)
+	if x := sub.idx; x != nil {
+		for _, s := range x.byTopic {
+			fn(s)
+		}
+		for _, dups := range x.dups {
+			for _, d := range dups {
+				fn(d)
+			}
 		}
 	}
 }
 
 // empty reports whether sub holds no subscription.
-func (sub *subscriber) empty() bool { return len(sub.subs) == 0 && len(sub.byTopic) == 0 }
+func (sub *subscriber) empty() bool {
+	return len(sub.subs) == 0 && (sub.idx == nil || len(sub.idx.byTopic) == 0)
+}
 
 func (r *registry) unsubscribe(self *actor.PID, m *Unsubscribe) error {
 	key := m.Name
@@ -336,7 +340,7 @@ func (r *registry) stopped(mb *countingMailbox) {
 // drop removes every subscription of sub. The caller holds mu.
 func (r *registry) drop(sub *subscriber) {
 	sub.each(r.d.remove)
-	sub.subs, sub.byTopic, sub.dups = nil, nil, nil
+	sub.subs, sub.idx = nil, nil
 	delete(r.subs, sub.key)
 }
 
