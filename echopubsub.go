@@ -206,6 +206,7 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		rt.Metrics = m
 	}
+	dur.metrics = rt.Metrics
 	d := delivery.NewDispatcher(system, addr, rt.Log)
 	d.SetMetrics(rt.Metrics)
 	// From here the edge guard (RemoteConfig) checks requests to this
@@ -627,6 +628,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.remove(ps.rt)
+		ps.dur.stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")
