@@ -46,7 +46,9 @@ func TestFailingStoreKeepsTrafficFlowing(t *testing.T) {
 	test.Eventually(t, 10*time.Second, func() bool {
 		h := nodes[1].PS.Health(context.Background())
 		return h.Ready && h.Store != nil && h.Store.Failing && h.Store.Unstored == 5 && strings.Contains(h.Store.Error, "no space")
-	}, func() string { return fmt.Sprintf("node 1's health: %+v", nodes[1].PS.Health(context.Background()).Store) })
+	}, func() string {
+		return fmt.Sprintf("node 1's health: %+v", nodes[1].PS.Health(context.Background()).Store)
+	})
 	if v := m.value(t, "echopubsub.store.failing"); v != 1 {
 		t.Fatalf("echopubsub.store.failing = %d while the store fails, want 1", v)
 	}
@@ -58,7 +60,9 @@ func TestFailingStoreKeepsTrafficFlowing(t *testing.T) {
 	// The store is tried again within about a second, with or without
 	// traffic: Health says when it took the gap row.
 	test.Eventually(t, 10*time.Second, func() bool { return nodes[1].PS.Health(context.Background()).Store == nil },
-		func() string { return fmt.Sprintf("node 1's store still failing: %+v", nodes[1].PS.Health(context.Background()).Store) })
+		func() string {
+			return fmt.Sprintf("node 1's store still failing: %+v", nodes[1].PS.Health(context.Background()).Store)
+		})
 	if v := m.value(t, "echopubsub.store.failing"); v != 0 {
 		t.Fatalf("echopubsub.store.failing = %d after the store recovered, want 0", v)
 	}
@@ -69,4 +73,3 @@ func TestFailingStoreKeepsTrafficFlowing(t *testing.T) {
 		t.Fatalf("node 1 replayed %v (%+v); want %s", got, st, want)
 	}
 }
-
