@@ -426,8 +426,9 @@ func (d *durability) Predecessor(group uint32) (uint64, uint64) {
 }
 
 // ended records where this node's producer of group ended (graceful Stop,
-// after its drain): told to peers by its next incarnation.
-func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
+// after its drain), and when it last wrote (its lease ends there: see
+// store_lease.go): told to peers by its next incarnation.
+func (d *durability) ended(group uint32, incarnation, writeCursor uint64, lastWrite time.Time) {
 	l := d.local()
 	if l == nil || incarnation == 0 {
 		return
@@ -437,5 +438,8 @@ func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
 	pos := core.ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
 	if err := l.AppendAt(ctx, nil, pos); err != nil {
 		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
+	}
+	if err := d.Lease(group, incarnation, lastWrite); err != nil {
+		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record when this producer last wrote: its lease stands")
 	}
 }
