@@ -12,6 +12,9 @@ import (
 // store_lease.go in the root package).
 const leaseTerm = 2 * time.Second
 
+// leaseRetry is the wait after a failed Lease call before the next one.
+const leaseRetry = 10 * time.Second
+
 // lease is a producer's lease in its node's store, and what the
 // incarnation before it recorded. Owned by the producer actor.
 type lease struct {
@@ -21,7 +24,8 @@ type lease struct {
 	group uint32
 	// until: this incarnation's recorded lease; lastWrite its last take.
 	until, lastWrite time.Time
-	failing          bool // the last Lease call failed (logged once)
+	failing          bool      // the last Lease call failed (logged once)
+	retryAt          time.Time // after a failure: not tried again before (a store that hangs costs a stall per leaseRetry, not per take)
 	// earlierInc and earlierUntil: the lease of the incarnation before
 	// (0: none recorded), read before this one records its own.
 	earlierInc   uint64
@@ -42,7 +46,7 @@ func newLease(dur core.Durable, group uint32) lease {
 func (p *producer) renewLease() {
 	l := &p.lease
 	now := time.Now()
-	if now.Before(l.until.Add(-leaseTerm / 2)) {
+	if now.Before(l.until.Add(-leaseTerm/2)) || now.Before(l.retryAt) {
 		return
 	}
 	until := now.Add(leaseTerm)
@@ -50,7 +54,7 @@ func (p *producer) renewLease() {
 		if !l.failing {
 			p.log.Error().Err(err).Msg("durable store: could not record this producer's lease: if it dies before reaching a node, its next incarnation may not tell that node what it missed")
 		}
-		l.failing = true
+		l.failing, l.retryAt = true, time.Now().Add(leaseRetry)
 		return
 	}
 	if l.failing {
