@@ -102,7 +102,7 @@ type localWrite struct {
 // store is an error (the pubsub is stopping).
 func (d *durability) write(l core.LocalStore[Record], w localWrite) error {
 	if d.fault.failing.Load() {
-		if err, done := d.writeFailing(l, w); done {
+		if done, err := d.writeFailing(l, w); done {
 			return err
 		}
 	}
@@ -119,17 +119,17 @@ func (d *durability) write(l core.LocalStore[Record], w localWrite) error {
 // writeFailing is write while the store fails: w is kept until it is time
 // to try again, then written after what was kept. done false: the store
 // recovered meanwhile, write w as usual.
-func (d *durability) writeFailing(l core.LocalStore[Record], w localWrite) (err error, done bool) {
+func (d *durability) writeFailing(l core.LocalStore[Record], w localWrite) (done bool, err error) {
 	d.fault.mu.Lock()
 	defer d.fault.mu.Unlock()
 	switch {
 	case !d.fault.failing.Load():
-		return nil, false
+		return false, nil
 	case time.Now().Before(d.fault.retryAt):
 		d.keep(w)
-		return nil, true
+		return true, nil
 	}
-	return d.retry(l, w), true
+	return true, d.retry(l, w)
 }
 
 // writeNow writes gaps (gap rows first), then w, in one transaction, and
@@ -161,10 +161,10 @@ func (d *durability) writeNow(l core.LocalStore[Record], gaps []Record, w localW
 // failed starts (or extends) a failure with w. Called with fault.mu held.
 func (d *durability) failed(err error, w localWrite) {
 	f := &d.fault
-	f.err = err
-	f.retryAt = time.Now().Add(storeRetryInterval)
+	now := time.Now()
+	f.err, f.retryAt = err, now.Add(storeRetryInterval)
 	if !f.failing.Load() {
-		f.since = f.retryAt.Add(-storeRetryInterval)
+		f.since = now
 		f.rows, f.pos, f.marks, f.unstored = map[gapKey]uint64{}, map[posKey]core.ProducerPosition{}, nil, 0
 		f.failing.Store(true)
 		d.metrics.StoreFailing(true)
@@ -222,8 +222,12 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 	sort.Slice(gaps, func(i, j int) bool {
 		return gaps[i].Stream < gaps[j].Stream || gaps[i].Stream == gaps[j].Stream && gaps[i].Origin < gaps[j].Origin
 	})
-	// Marks first, each its own transaction; then the gap rows, with w's
-	// rows after them, and every producer's latest position.
+	// Marks first (w's too), each its own transaction; then the gap rows,
+	// with w's rows after them, and every producer's latest position.
+	if w.mark != nil {
+		f.marks = append(f.marks, localWrite{mark: w.mark, pos: w.pos})
+		w.mark = nil
+	}
 	var err error
 	for len(f.marks) > 0 && err == nil {
 		if err = d.writeNow(l, nil, f.marks[0]); err == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -71,5 +72,52 @@ func TestFailingStoreKeepsTrafficFlowing(t *testing.T) {
 	got, st := replayAll(t, nodes[1], nodes[0].Addr)
 	if want := "a#1 a#2 a#3 gap(5) a#9 a#10"; strings.Join(got, " ") != want || st.Gaps != 1 || st.Missed != 5 {
 		t.Fatalf("node 1 replayed %v (%+v); want %s", got, st, want)
+	}
+}
+
+// TestFailingStoreKeepsACursorExpiry: while node 1's store fails, node 1
+// falls behind node 0's buffer and is told CursorExpired (its worker could
+// not write that gap row either), then gets more rows it cannot store. Once
+// the store recovers, the replay shows both gaps, which together count
+// every message between #3 and the first one stored again: nothing silent.
+func TestFailingStoreKeepsACursorExpiry(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 400, 800
+	nodes := test.StartCluster(t, 2, cfg)
+	failing := test.NewFailingStore()
+	for i, nd := range nodes {
+		nd.StopPubSub(t)
+		store := test.WithMemStore()
+		if i == 1 {
+			store = echopubsub.WithStore(failing)
+		}
+		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"), store)
+	}
+	c := nodes[1].Subscribe(t, "room:1")
+	publishStamps(t, nodes[0], "room:1", "a", 1, 3)
+	wantStamps(t, c, 1, 2, 3)
+	failing.Fail(fmt.Errorf("write store file: %w", syscall.EIO))
+	nodes[0].Faults.Cut(nodes[1].Addr)
+	publishStamps(t, nodes[0], "room:1", "a", 4, 153) // BufferSize is 100
+	nodes[0].Faults.HealAll()
+	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](c) == 1 },
+		func() string { return "node 1's subscriber: " + c.Describe() })
+	publishStamps(t, nodes[0], "room:1", "a", 154, 155)
+	test.Eventually(t, 10*time.Second, func() bool { s := c.Stamps(); return len(s) > 0 && s[len(s)-1] == 155 },
+		func() string { return "node 1's subscriber: " + c.Describe() })
+
+	failing.Heal()
+	test.Eventually(t, 10*time.Second, func() bool { return nodes[1].PS.Health(context.Background()).Store == nil },
+		func() string {
+			return fmt.Sprintf("node 1's store still failing: %+v", nodes[1].PS.Health(context.Background()).Store)
+		})
+	publishStamps(t, nodes[0], "room:1", "a", 156, 156)
+	test.Eventually(t, 10*time.Second, func() bool { s := c.Stamps(); return len(s) > 0 && s[len(s)-1] == 156 },
+		func() string { return "node 1's subscriber: " + c.Describe() })
+	got, st := replayAll(t, nodes[1], nodes[0].Addr)
+	want := "a#1 a#2 a#3 gap(%d) gap(%d) a#156"
+	var m1, m2 uint64
+	if _, err := fmt.Sscanf(strings.Join(got, " "), want, &m1, &m2); err != nil || m1+m2 != 152 || st.Gaps != 2 || m1 == 0 || m2 == 0 {
+		t.Fatalf("node 1 replayed %v (%+v): want a#1..3, two gaps counting #4..155 (152), a#156", got, st)
 	}
 }
