@@ -276,7 +276,11 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 	}
 	d.flushFaults() // gap rows a failed store owes go before this row
 	recs := []Record{{Stream: w.Topic, Kind: RecordMessage, Origin: d.node, PayloadType: w.PayloadType, Payload: w.Payload}}
-	if err := d.store.Append(ctx, recs); err != nil {
+	err := d.store.Append(ctx, recs)
+	if d.local() != nil && ctx.Err() == nil { // not the caller's deadline (nor a store call that hung)
+		d.published(err)
+	}
+	if err != nil {
 		return fmt.Errorf("echopubsub: durable append to %q: %w", w.Topic, err)
 	}
 	w.StoreCursor = recs[0].Cursor

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -229,9 +230,10 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 		w.mark = nil
 	}
 	var err error
+	wrote := false // only a write that succeeds shows the store works again
 	for len(f.marks) > 0 && err == nil {
 		if err = d.writeNow(l, nil, f.marks[0]); err == nil {
-			f.marks = f.marks[1:]
+			f.marks, wrote = f.marks[1:], true
 		}
 	}
 	if err == nil {
@@ -242,7 +244,7 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 			}
 		}
 		if w.pos.Node != "" {
-			err = d.writeNow(l, gaps, w)
+			err, wrote = d.writeNow(l, gaps, w), true
 		}
 	}
 	if errors.Is(err, ErrStoreClosed) {
@@ -252,21 +254,51 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 		d.failed(err, w)
 		return nil
 	}
+	if !wrote { // nothing to write (only this node's own appends failed): the next one that succeeds says
+		return nil
+	}
+	d.recovered(l, w.pos, len(gaps))
+	return nil
+}
+
+// recovered ends a failure: every kept producer position but done's is
+// recorded, and the state cleared. Called with fault.mu held.
+func (d *durability) recovered(l core.LocalStore[Record], done core.ProducerPosition, gapRows int) {
+	f := &d.fault
 	ctx, cancel := d.ctx()
 	defer cancel()
 	for k, p := range f.pos {
-		if (k != posKey{w.pos.Node, w.pos.Group}) {
+		if (k != posKey{done.Node, done.Group}) {
 			if err := l.AppendAt(ctx, nil, p); err != nil { // a stale position costs a gap row too many, never one too few
 				d.log.Warn().Err(err).Str("producer", k.node).Msg("durable store: could not record a producer's position after the store recovered")
 			}
 		}
 	}
-	d.log.Warn().Uint64("unstored", f.unstored).Int("gap_rows", len(gaps)).Dur("failed_for", time.Since(f.since)).
+	d.log.Warn().Uint64("unstored", f.unstored).Int("gap_rows", gapRows).Dur("failed_for", time.Since(f.since)).
 		Msg("durable store: writes succeed again: the rows not stored are marked with gap rows")
-	f.rows, f.pos, f.unstored, f.err = nil, nil, 0, nil
+	f.rows, f.pos, f.marks, f.unstored, f.err = nil, nil, nil, 0, nil
 	f.failing.Store(false)
 	d.metrics.StoreFailing(false)
-	return nil
+}
+
+// published is Publish's word on this node's own append (err nil: it
+// succeeded). The caller gets the error; Health and the gauge show the
+// failure too, and an append that succeeds with nothing kept ends it
+// (with something kept, the next worker write or retry writes it first).
+func (d *durability) published(err error) {
+	var errno syscall.Errno // the file system's refusal (ENOSPC, EIO, ...), not a record the store refuses
+	if (err != nil && !errors.As(err, &errno)) || (err == nil && !d.fault.failing.Load()) {
+		return
+	}
+	f := &d.fault
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case err != nil:
+		d.failed(err, localWrite{})
+	case f.failing.Load() && len(f.rows) == 0 && len(f.marks) == 0 && len(f.pos) == 0:
+		d.recovered(nil, core.ProducerPosition{}, 0)
+	}
 }
 
 // flushFaults, for Publish: a store that failed writes the gap rows it

@@ -2,6 +2,7 @@ package echopubsub_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -119,5 +120,26 @@ func TestFailingStoreKeepsACursorExpiry(t *testing.T) {
 	var m1, m2 uint64
 	if _, err := fmt.Sscanf(strings.Join(got, " "), want, &m1, &m2); err != nil || m1+m2 != 152 || st.Gaps != 2 || m1 == 0 || m2 == 0 {
 		t.Fatalf("node 1 replayed %v (%+v): want a#1..3, two gaps counting #4..155 (152), a#156", got, st)
+	}
+}
+
+// TestFailingStoreShowsOwnBroadcastFailures: a node that only publishes
+// (nothing received to keep) still shows its failing store: the durable
+// Broadcast returns the error, Health says why, and the first append that
+// succeeds again clears it.
+func TestFailingStoreShowsOwnBroadcastFailures(t *testing.T) {
+	failing := test.NewFailingStore()
+	nd := test.StartCluster(t, 1, replayConfig(), echopubsub.WithStore(failing), echopubsub.WithDurableTopics("room:*"))[0]
+	failing.Fail(fmt.Errorf("write store file: %w", syscall.ENOSPC))
+	if err := nd.PS.Broadcast(nil, "room:1", stamp(1)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("durable broadcast on a full disk: %v, want the append's error", err)
+	}
+	if h := nd.PS.Health(context.Background()); h.Store == nil || !strings.Contains(h.Store.Error, "no space") || h.Store.Unstored != 0 {
+		t.Fatalf("health after a failed append: %+v", h.Store)
+	}
+	failing.Heal()
+	nd.Broadcast(t, "room:1", stamp(2))
+	if h := nd.PS.Health(context.Background()); h.Store != nil {
+		t.Fatalf("health after an append succeeded again: %+v", h.Store)
 	}
 }
