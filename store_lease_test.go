@@ -1,10 +1,12 @@
 package echopubsub_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 )
@@ -138,4 +140,36 @@ func TestRestartTellsExactlyWhatAnAwayNodeMissed(t *testing.T) {
 		t.Fatalf("node 1's subscriber got %s: want #1..3, CursorExpired from %s with Missed 2, #6", c.Describe(), nodes[0].Addr)
 	}
 	wantStamps(t, c, 1, 2, 3, 6)
+}
+
+// TestKilledProducerThatNeverReachedANodeIsTold, as processes: node A (a
+// seglog store) cannot reach node B while it writes five messages B is
+// owed (B runs), and is killed (kill -9) before it ever reached B. A
+// started again on its store tells B CursorExpired before its first new
+// message: this was the documented silent gap.
+func TestKilledProducerThatNeverReachedANodeIsTold(t *testing.T) {
+	ports := test.FreePorts(t, 2)
+	peers := []string{fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	dir := t.TempDir()
+	b := startChild(t, childSpec{Port: ports[1], Peers: peers})
+	a := startChild(t, childSpec{Port: ports[0], Peers: peers, StoreDir: dir, Cut: peers[1]})
+	a.publish(t, "p", 5)
+	// A's own subscriber gets each message when A's producer writes it.
+	if !proc.Until(10*time.Second, 5*time.Millisecond, func() bool { p := a.report(t).Pubs["p"]; return p != nil && p.N == 5 }) {
+		t.Fatalf("A did not write its 5 messages: %s", describe(a.report(t)))
+	}
+	a.kill(t)
+	if r := b.report(t); len(r.Pubs) != 0 || len(r.Expired) != 0 {
+		t.Fatalf("B got %s through the cut", describe(r))
+	}
+
+	a = startChild(t, childSpec{Port: ports[0], Peers: peers, StoreDir: dir})
+	a.publish(t, "q", 1)
+	var last childReport
+	if !proc.Until(10*time.Second, 20*time.Millisecond, func() bool { last = b.report(t); return last.Pubs["q"] != nil }) {
+		t.Fatalf("B never got A's new message: %s", describe(last))
+	}
+	if len(last.Expired) != 1 || !strings.Contains(last.Expired[0], "earlier incarnation") || last.Pubs["p"] != nil {
+		t.Fatalf("B got %s: want one CursorExpired (an earlier incarnation), then q#1", describe(last))
+	}
 }
