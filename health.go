@@ -28,8 +28,9 @@ type Health struct {
 	// Store, when set, says that this node's node-local durable store
 	// fails to write, since when and why. The node stays ready: live
 	// delivery goes on, and the durable rows it could not store become
-	// gap rows once the store recovers (docs/operations.md, "A failing
-	// disk"). The gauge echopubsub.store.failing says the same.
+	// gap rows once the store recovers (docs/operations.md, "Durable
+	// streams", "A failing store"). The gauge echopubsub.store.failing
+	// says the same.
 	Store *StoreHealth `json:"store,omitempty"`
 }
 

@@ -22,7 +22,7 @@ import (
 // received after it: a replay tells the session where rows are missing
 // (StreamGap), never skips them silently. Meanwhile Health.Store, the
 // echopubsub.store.failing gauge and one log line say why. See
-// docs/operations.md, "A failing disk".
+// docs/operations.md, "Durable streams", "A failing store".
 //
 // The alternative, refusing batches until the disk recovers, stops every
 // topic on the node, ephemeral ones included, and ends in CursorExpired
