@@ -1,6 +1,9 @@
 package core
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Durable is the durable-stream side of a pubsub (the root package's
 // store.go implements it; Runtime.Durable is nil without a store). Enqueue
@@ -35,6 +38,17 @@ type Durable interface {
 	// Predecessor is this node's previous incarnation of group's producer
 	// and the write cursor it ended at gracefully (0, 0: unknown).
 	Predecessor(group uint32) (incarnation, final uint64)
+	// Leases reports whether this node records its producers' leases (a
+	// node-local store): without, Lease and Earlier do nothing.
+	Leases() bool
+	// Lease records that group's producer incarnation writes nothing after
+	// until without recording a new lease first. A position-only write: not
+	// fsynced (a process crash keeps it, a power loss may not).
+	Lease(group uint32, incarnation uint64, until time.Time) error
+	// Earlier is the last lease recorded for group's producer (ok false:
+	// none): read by a producer incarnation before it records its own, it
+	// bounds when the incarnation before it last wrote.
+	Earlier(group uint32) (incarnation uint64, until time.Time, ok bool)
 }
 
 // ProducerPos is one producer incarnation's position in a worker.
