@@ -19,8 +19,12 @@ type Durable interface {
 	Publish(ctx context.Context, w *Write) error
 	// Received appends rows (the batch's new durable entries, in cursor
 	// order; may be empty; a node-local store sets each one's Cursor) and
-	// records p (the producer's next cursor after the batch), before the batch is delivered and acknowledged. An error
-	// refuses the batch (the producer sends it again).
+	// records p (the producer's next cursor after the batch), before the
+	// batch is delivered and acknowledged. An error refuses the batch (the
+	// producer sends it again). A node-local store that fails to write
+	// does not refuse it: Received counts the rows for gap rows written
+	// once the store recovers, leaves their Cursor 0 and returns nil, so
+	// that the node's traffic goes on (the root's store_fault.go).
 	Received(p ProducerPos, rows []Row) error
 	// Lost records that messages of p's producer were lost for this node
 	// (the worker told CursorExpired), and p, the cursor it goes on from.
