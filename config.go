@@ -63,6 +63,14 @@ type Config struct {
 	// RemoteConfig raises it to 64 MiB). At most MaxBatchBytesLimit.
 	// Defaults to 1 MiB.
 	MaxBatchBytes int
+	// MaxTopicBytes bounds a topic's length in bytes (and a stream's name,
+	// which is its topic): Broadcast, Subscribe, SessionSubscribe and the
+	// other calls that take a topic refuse a longer one with
+	// ErrInvalidTopic, as they refuse one that is not valid UTF-8. A topic
+	// travels in every batch that carries it and names a stream in a
+	// durable store. In [1, MaxTopicBytesLimit]. Defaults to 1024 (the
+	// gateway's limit on a frame's topic).
+	MaxTopicBytes int
 	// MaxPendingWrites bounds the broadcasts queued in one producer's
 	// mailbox; Broadcast waits (up to CallTimeout) for room beyond it.
 	// Defaults to 10_000.
@@ -93,7 +101,7 @@ func (c Config) engine() core.Config {
 	return core.Config{Name: c.Name, PoolSize: c.PoolSize, BufferSize: c.BufferSize, BatchInterval: c.BatchInterval,
 		CallTimeout: c.CallTimeout, RetryInterval: c.RetryInterval, CapacityWarningThreshold: c.CapacityWarningThreshold,
 		CapacityWarningInterval: c.CapacityWarningInterval, MaxBatchMessages: c.MaxBatchMessages,
-		MaxBatchesInFlight: c.MaxBatchesInFlight, MaxBatchBytes: c.MaxBatchBytes, MaxPendingWrites: c.MaxPendingWrites,
+		MaxBatchesInFlight: c.MaxBatchesInFlight, MaxBatchBytes: c.MaxBatchBytes, MaxTopicBytes: c.MaxTopicBytes, MaxPendingWrites: c.MaxPendingWrites,
 		MaxQueueLen: c.MaxQueueLen, ForgetAfter: c.ForgetAfter}
 }
 
@@ -101,6 +109,10 @@ func (c Config) engine() core.Config {
 // frame limit that RemoteConfig sets on both sides, leaving room for the
 // framing of protoactor's envelope around a batch.
 const MaxBatchBytesLimit = 32 << 20
+
+// MaxTopicBytesLimit is the largest MaxTopicBytes: a durable topic names its
+// stream in a store, and PostgreSQL refuses an index entry over about 2.7 kB.
+const MaxTopicBytesLimit = core.MaxTopicBytesLimit
 
 // MaxBufferSize is the largest BufferSize: 16,777,216 slots, 448 MiB of
 // ring (28 bytes a slot) per producer before any message is held.
@@ -123,6 +135,7 @@ func DefaultConfig(name string) Config {
 		MaxBatchMessages:         10_000,
 		MaxBatchesInFlight:       4,
 		MaxBatchBytes:            1 << 20,
+		MaxTopicBytes:            1024,
 		MaxPendingWrites:         10_000,
 		MaxQueueLen:              10_000,
 		ForgetAfter:              5 * time.Minute,
@@ -161,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatchBytes > MaxBatchBytesLimit {
 		return fmt.Errorf("echopubsub: config MaxBatchBytes must be <= %d (half the gRPC frame limit RemoteConfig sets), got %d", MaxBatchBytesLimit, c.MaxBatchBytes)
+	}
+	if c.MaxTopicBytes < 1 || c.MaxTopicBytes > MaxTopicBytesLimit {
+		return fmt.Errorf("echopubsub: config MaxTopicBytes must be in [1, %d], got %d", MaxTopicBytesLimit, c.MaxTopicBytes)
 	}
 	if c.MaxBatchesInFlight < 1 || c.MaxBatchesInFlight > 64 {
 		return fmt.Errorf("echopubsub: config MaxBatchesInFlight must be in [1, 64], got %d", c.MaxBatchesInFlight)

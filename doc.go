@@ -104,8 +104,8 @@
 // trip 0.6..0.9 ms, up to 4 ms on a fresh connection, and Start about
 // 0.6 ms in-process, so only a Broadcast that returned within a few
 // milliseconds of Start being called is uncertain; creating and starting
-// an actor system's remote took 12 ms there (TestLateNodeGetsNothing-
-// BroadcastBeforeItsStart). With three CPU-bound processes beside that
+// an actor system's remote took 12 ms there
+// (TestLateNodeGetsNothingBroadcastBeforeItsStart). With three CPU-bound processes beside that
 // test, a probe's round trip reached 17 ms (median 0.3 ms) and the gap from
 // its last Broadcast before Start to the Start call was 2..46 ms, so the
 // node sometimes gets those messages as history (a 5.8 ms probe against a
@@ -120,10 +120,16 @@
 // answers queued meanwhile.) So with both nodes up the first broadcast
 // arrives within BatchInterval plus a RetryInterval, in either start order.
 //
-// One case is not covered: a producer that ends (a crash, or a graceful Stop
-// while the node stayed unreachable) before it ever reached a node cannot
-// tell that node what it wrote for it, since the node never heard of it; see
-// "Known limits" in docs/operations.md.
+// A producer that ends (a crash, or a graceful Stop while the node stayed
+// unreachable) before it ever reached a node cannot tell that node what it
+// wrote for it, since the node never heard of it. With a node-local store
+// its next incarnation does: each producer records a lease in the store
+// (when it may last have written), and the next incarnation's join tells a
+// node that started before then (Register.predecessor_owed): CursorExpired,
+// Missed 0 (unknown). A node that started later was owed nothing and is
+// told nothing. Without a node-local store this case cannot be told, and
+// Start says so in one log line; see "A producer that never reached a
+// node" in docs/operations.md.
 //
 // # Back-pressure
 //

@@ -33,6 +33,15 @@ var (
 	ErrStopped = core.ErrStopped
 	// ErrTooLarge: one message exceeds Config.MaxBatchBytes.
 	ErrTooLarge = core.ErrTooLarge
+	// ErrInvalidTopic: a topic (or a stream's name) that is not valid
+	// UTF-8, or longer than Config.MaxTopicBytes. Every call that takes a
+	// topic refuses it where it enters: a topic crosses nodes as a protobuf
+	// string, which a peer cannot decode unless it is UTF-8. The error
+	// names the rule and the value, escaped.
+	ErrInvalidTopic = core.ErrInvalidTopic
+	// ErrInvalidPID: a ...From broadcast's sender PID whose address or id is
+	// not valid UTF-8 (it crosses nodes to exclude that subscriber).
+	ErrInvalidPID = core.ErrInvalidPID
 	// ErrUnmeasurable: a subscriber not spawned with SubscriberMailbox was
 	// subscribed without WithUnboundedQueue.
 	ErrUnmeasurable = delivery.ErrUnmeasurable
@@ -206,6 +215,10 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		rt.Metrics = m
 	}
+	dur.metrics = rt.Metrics
+	if dur.local() == nil {
+		rt.Log.Info().Msg("no node-local durable store: a producer incarnation of this node that ends before it reached a node cannot tell that node what it wrote for it (docs/operations.md, \"A producer that never reached a node\")")
+	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
 	d.SetMetrics(rt.Metrics)
 	// From here the edge guard (RemoteConfig) checks requests to this
@@ -317,7 +330,7 @@ func (ps *PubSub) Subscribe(pid *actor.PID, topic string, opts ...SubscribeOptio
 	if pid == nil {
 		return fmt.Errorf("echopubsub: subscriber PID is nil")
 	}
-	if err := reservedTopic(topic); err != nil {
+	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
 	return ps.subscribe(pid, topic, opts...)
@@ -343,7 +356,7 @@ func (ps *PubSub) SubscribeNamed(name, topic string, opts ...SubscribeOption) er
 	if name == "" {
 		return fmt.Errorf("echopubsub: subscriber name is empty")
 	}
-	if err := reservedTopic(topic); err != nil {
+	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
 	o, err := subOpts(opts)
@@ -430,7 +443,7 @@ func (ps *PubSub) Err() error { return ps.rt.Err() }
 // from; onlyNode, when set, is the one node whose subscribers get it. wait
 // says how long to wait for room in a full producer.
 func (ps *PubSub) publish(wait core.Wait, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
-	if err := reservedTopic(topic); err != nil {
+	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
 	return ps.write(wait, from, topic, msg, exclude, local, onlyNode)
@@ -442,9 +455,6 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}
-	if topic == "" {
-		return fmt.Errorf("echopubsub: topic must not be empty")
-	}
 	if exclude && from == nil {
 		return fmt.Errorf("echopubsub: a ...From broadcast needs a sender PID")
 	}
@@ -454,12 +464,12 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if err != nil {
 		return err
 	}
-	if err := ps.rt.CheckSize(len(topic), len(payload)); err != nil {
-		return err
-	}
 	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, onlyNode, msg
 	if exclude {
 		w.Exclude = delivery.Key(from)
+	}
+	if err := ps.rt.CheckWrite(&w); err != nil {
+		return err
 	}
 	if local {
 		ps.d.DeliverLocal(&w) // hands out msg, never the payload
@@ -522,7 +532,7 @@ func (ps *PubSub) DirectBroadcastFrom(from *actor.PID, node, topic string, msg p
 }
 
 func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message, exclude bool) error {
-	if err := reservedTopic(topic); err != nil {
+	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
 	if node == "" {
@@ -627,6 +637,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.remove(ps.rt)
+		ps.dur.stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

@@ -66,6 +66,8 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{"MaxBatchMessages too big", func(c *echopubsub.Config) { c.MaxBatchMessages = 1 << 30 }, []string{"MaxBatchMessages", "1073741824"}},
 		{"MaxBatchBytes", func(c *echopubsub.Config) { c.MaxBatchBytes = 0 }, []string{"MaxBatchBytes", "got 0"}},
 		{"MaxBatchBytes too big", func(c *echopubsub.Config) { c.MaxBatchBytes = 1 << 30 }, []string{"MaxBatchBytes", "1073741824"}},
+		{"MaxTopicBytes", func(c *echopubsub.Config) { c.MaxTopicBytes = 0 }, []string{"MaxTopicBytes", "got 0"}},
+		{"MaxTopicBytes too big", func(c *echopubsub.Config) { c.MaxTopicBytes = 1 << 20 }, []string{"MaxTopicBytes", "2048", "1048576"}},
 		{"MaxPendingWrites", func(c *echopubsub.Config) { c.MaxPendingWrites = -1 }, []string{"MaxPendingWrites", "-1"}},
 		{"MaxQueueLen", func(c *echopubsub.Config) { c.MaxQueueLen = 0 }, []string{"MaxQueueLen", "got 0"}},
 		{"BatchInterval", func(c *echopubsub.Config) { c.BatchInterval = -time.Second }, []string{"BatchInterval", "-1s"}},

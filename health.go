@@ -3,6 +3,7 @@ package echopubsub
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"time"
@@ -25,6 +26,13 @@ type Health struct {
 	// Reason says why it is not ready.
 	Reason string       `json:"reason,omitempty"`
 	Peers  []PeerHealth `json:"peers"`
+	// Store, when set, says that this node's node-local durable store
+	// fails to write, since when and why. The node stays ready: live
+	// delivery goes on, and the durable rows it could not store become
+	// gap rows once the store recovers (docs/operations.md, "Durable
+	// streams", "A failing store"). The gauge echopubsub.store.failing
+	// says the same.
+	Store *StoreHealth `json:"store,omitempty"`
 }
 
 // PeerHealth is one peer node, the worst over this node's pool groups.
@@ -42,11 +50,16 @@ type PeerHealth struct {
 	LastAckAge  time.Duration `json:"last_ack_age_ns"`
 	Expirations int           `json:"expirations"`
 	Failures    int           `json:"failures"`
+	// Stalled: the stream to the peer (of some pool group) makes no
+	// progress while the peer is owed messages (messages.NodeStats.Stalled);
+	// StallReason says why. A stalled peer does not make this node unready.
+	Stalled     bool   `json:"stalled"`
+	StallReason string `json:"stall_reason,omitempty"`
 }
 
 // Health reports readiness (see Health.Ready) from every producer's view.
 func (ps *PubSub) Health(ctx context.Context) Health {
-	h := Health{Node: ps.rt.Node, Live: ps.rt.Err() == nil}
+	h := Health{Node: ps.rt.Node, Live: ps.rt.Err() == nil, Store: ps.dur.storeHealth()}
 	groups, err := ps.Stats(ctx)
 	if err != nil {
 		h.Reason = err.Error()
@@ -78,6 +91,9 @@ func (ps *PubSub) Health(ctx context.Context) Health {
 			p.LagUnknown = p.LagUnknown || ns.LagUnknown
 			p.Expirations += ns.Expirations
 			p.Failures = max(p.Failures, ns.Failures)
+			if ns.Stalled && !p.Stalled {
+				p.Stalled, p.StallReason = true, fmt.Sprintf("group %d: %s", g.Group, ns.StallReason)
+			}
 			if ns.LastAck.IsZero() {
 				never[ns.Node] = true
 			} else if age := now.Sub(ns.LastAck); age > p.LastAckAge {

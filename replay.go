@@ -90,11 +90,11 @@ type StreamGap struct {
 // same node's cursors) or the message's own identity to tell. WithFrom
 // does the handover itself: the stored rows, then live, no duplicate.
 //
-// Errors: ErrBadLimit, ErrUnknownSession, ErrNoStore (no store, or stream
-// not durable), ErrUnauthorized (wrapping the authorizer's error),
-// ErrCursorBeyondEnd, ErrStopped, and the store's own. With an error, the
-// stats say what was delivered before it, and ResumeCursor is still where
-// to resume.
+// Errors: ErrBadLimit, ErrEmptyTopic and ErrInvalidTopic (stream),
+// ErrUnknownSession, ErrNoStore (no store, or stream not durable),
+// ErrUnauthorized (wrapping the authorizer's error), ErrCursorBeyondEnd,
+// ErrStopped, and the store's own. With an error, the stats say what was
+// delivered before it, and ResumeCursor is still where to resume.
 func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts ReplayOptions) (ReplayStats, error) {
 	st := ReplayStats{ResumeCursor: max(opts.From, 1), NextCursor: max(opts.From, 1)}
 	if ctx == nil {
@@ -102,6 +102,9 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	}
 	if opts.Limit <= 0 {
 		return st, fmt.Errorf("%w: ReplayOptions.Limit is %d", ErrBadLimit, opts.Limit)
+	}
+	if err := ps.rt.CheckTopic(stream); err != nil {
+		return st, err
 	}
 	s, rec, err := ps.session(id)
 	if err != nil {

@@ -92,7 +92,7 @@ func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg prot
 	}
 	node, ok := sessionNode(to)
 	if !ok {
-		return fmt.Errorf("%w: malformed session id", ErrUnknownSession)
+		return fmt.Errorf("%w: malformed session id %.64q", ErrUnknownSession, to)
 	}
 	if node == ps.rt.Node && ps.sess.engine.Get(to) == nil {
 		return ErrUnknownSession

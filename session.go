@@ -35,7 +35,7 @@ var (
 	// ErrOwnerNotRunning: the owner is a local PID no actor answers to.
 	ErrOwnerNotRunning = errors.New("echopubsub: session owner is not running")
 	// ErrEmptyTopic: a topic must not be empty.
-	ErrEmptyTopic = errors.New("echopubsub: topic must not be empty")
+	ErrEmptyTopic = core.ErrEmptyTopic
 	// ErrReservedTopic: topics starting with SessionInboxPrefix carry
 	// requests and replies: nothing but the library's request/reply path may
 	// publish to them, and nobody may subscribe to them.
@@ -115,13 +115,18 @@ type Envelope struct {
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests
-// and replies. Only RequestSession and Reply write to it: Broadcast and
+// and replies. Only RequestFromSession and Reply write to it: Broadcast and
 // every other publishing path, Subscribe, SessionSubscribe and a Broadcast
 // message from an actor or a peer refuse it with ErrReservedTopic.
 const SessionInboxPrefix = core.SessionInboxPrefix
 
-// reservedTopic is the error for a user path given a session inbox topic.
-func reservedTopic(topic string) error {
+// userTopic checks a topic a user path was given: the input rule
+// (core.CheckTopic: ErrEmptyTopic, ErrInvalidTopic), then ErrReservedTopic
+// for a session inbox.
+func (ps *PubSub) userTopic(topic string) error {
+	if err := ps.rt.CheckTopic(topic); err != nil {
+		return err
+	}
 	if core.ReservedTopic(topic) {
 		return fmt.Errorf("%w: %q", ErrReservedTopic, topic)
 	}
@@ -194,10 +199,12 @@ func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.cla
 // Replayed. Each is a durable delivery paced as a live one is: at
 // SoftQueue the catch-up waits for acks, and an owner that acks nothing
 // for RoomWait (one that acks in groups) gets one more row per RoomWait,
-// never up to HardQueue: a catch-up never closes a session. With the
-// node's reservation table full (or RoomWait 0 and the session at
-// SoftQueue) the catch-up pauses and retries from the same row while the
-// session's other topics go on. Nothing is skipped. Gap rows
+// never up to HardQueue: a catch-up never closes a session. With RoomWait
+// 0 a row that would take the session above SoftQueue stays in the store,
+// the session's other topics go on, and the catch-up goes on from that row
+// when acks bring pending down to SoftQueue/2: either way it goes at the
+// owner's pace. With the node's reservation table full the catch-up
+// pauses and retries from the same row. Nothing is skipped. Gap rows
 // arrive as *StreamGap, rows no longer kept (WithRetention) as one
 // *StreamTruncated. A DirectBroadcast to the topic, which is not stored,
 // is delivered as it comes (Cursor 0). Subscribing again with WithFrom
@@ -364,10 +371,15 @@ func newSessionID(node string) (string, error) {
 	return enc.EncodeToString([]byte(node)) + "." + enc.EncodeToString(b[:]), nil
 }
 
-// sessionNode returns the node an id names, or false for a malformed id.
+// sessionNode returns the node an id names, or false for a malformed id:
+// one that newSessionID did not make (both parts base64url, so an id that
+// passes is ASCII, safe to use in an inbox topic).
 func sessionNode(id string) (string, bool) {
 	i := strings.IndexByte(id, '.')
 	if i <= 0 || len(id)-i-1 != 22 {
+		return "", false
+	}
+	if _, err := base64.RawURLEncoding.DecodeString(id[i+1:]); err != nil {
 		return "", false
 	}
 	node, err := base64.RawURLEncoding.DecodeString(id[:i])
@@ -391,13 +403,10 @@ func (ps *PubSub) session(id string) (*session.Session, *sessionRec, error) {
 // SessionSubscribe makes session id receive every message broadcast on
 // topic (from any node), as envelopes. Subscribing again to the same topic
 // only replaces its options (and WithFrom starts a catch-up again).
-// Errors: ErrEmptyTopic, ErrReservedTopic, ErrUnknownSession, and for
+// Errors: ErrEmptyTopic, ErrInvalidTopic, ErrReservedTopic, ErrUnknownSession, and for
 // WithFrom ErrNoStore, ErrUnauthorized, ErrCursorBeyondEnd and the store's.
 func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOption) error {
-	if topic == "" {
-		return ErrEmptyTopic
-	}
-	if err := reservedTopic(topic); err != nil {
+	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
 	var spec subSpec

@@ -79,7 +79,9 @@ type SessionConfig struct {
 	// clock. For a session opened WithHandoff the clock runs only while
 	// every envelope the session issued was handed on to the consumer
 	// (PubSub.Handed). 0 never waits (a backlog counts against HardQueue
-	// as it arrives). Must be >= 0. Defaults to 1s.
+	// as it arrives; a WithFrom catch-up, whose rows can wait in the
+	// store, still stops at SoftQueue and goes on when acks make room).
+	// Must be >= 0. Defaults to 1s.
 	RoomWait time.Duration
 }
 

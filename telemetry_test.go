@@ -312,6 +312,7 @@ func TestMetricsAsPrometheusReadsThem(t *testing.T) {
 		"messaging_client_sent_messages_total":           1, // per group (PoolSize 1)
 		"messaging_client_consumed_messages_total":       1,
 		"echopubsub_cursor_expired_received_total":       1,
+		"echopubsub_worker_entries_passed_over_total":    1,
 		"echopubsub_batches_sent_total":                  1, // per peer
 		"echopubsub_batches_acked_total":                 1,
 		"echopubsub_retries_total":                       1,

@@ -2,14 +2,16 @@
 // `:pg` process groups of the Elixir original: producers learn the nodes to
 // deliver to from a Membership, and react to its events.
 //
-// Two implementations sit side by side behind one interface:
+// Three implementations sit side by side behind one interface:
 //
 //   - Static (static.go): a fixed list of advertised addresses, the embedded
 //     default. It needs no external service; a listed node counts as joined
 //     from its first successful registration handshake, and liveness comes
 //     from that handshake and from protoactor's remote endpoint events.
-//   - Consul (consul.go): service registration with a TTL check, discovery
-//     by blocking queries on healthy instances.
+//   - Consul (package cluster/consul): service registration with a TTL
+//     check, discovery by blocking queries on healthy instances.
+//   - DNS (package cluster/dns): a Kubernetes headless Service's address or
+//     SRV records, resolved on an interval.
 package cluster
 
 import (

@@ -3,6 +3,8 @@ package messages
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
+	"unsafe"
 )
 
 // ErrBadBatch is wrapped by Batch.Validate's errors.
@@ -23,24 +25,59 @@ func (b *Batch) Add(topic, payloadType string, payload []byte, exclude, onlyNode
 	b.PayloadSize = append(b.PayloadSize, uint32(len(payload)))
 	b.Payloads = append(b.Payloads, payload...)
 	if exclude != "" || onlyNode != "" || storeCursor != 0 {
-		b.Options = append(b.Options, &EntryOption{Index: i, Exclude: exclude, OnlyNode: onlyNode, StoreCursor: storeCursor})
+		b.Options = append(b.Options, &EntryOption{Index: i, Exclude: bytesOf(exclude), OnlyNode: bytesOf(onlyNode), StoreCursor: storeCursor})
 	}
+}
+
+// bytesOf is s as a new byte slice, nil for "" (an absent field).
+func bytesOf(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }
 
 // intern returns name's index in *table, appending it if new. Batches hold
 // few distinct names, and the last one is the usual hit.
-func intern(table *[]string, name string) uint32 {
+func intern[T ~string | ~[]byte](table *[]T, name string) uint32 {
 	t := *table
-	if n := len(t); n > 0 && t[n-1] == name {
+	if n := len(t); n > 0 && string(t[n-1]) == name {
 		return uint32(n - 1)
 	}
 	for i, s := range t {
-		if s == name {
+		if string(s) == name {
 			return uint32(i)
 		}
 	}
-	*table = append(t, name)
+	*table = append(t, T(name))
 	return uint32(len(t))
+}
+
+// str is b as a string without a copy. A batch's name bytes are never
+// written after it is built or decoded (each its own allocation), so the
+// strings handed out stay what they were, as payloads alias the batch too.
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// BadTopics reports which of the batch's topics (by index in Topics) are
+// not valid UTF-8; nil, without allocating, when every one is (always, from
+// a producer of this build: Broadcast refuses such a topic). A topic that
+// is not UTF-8 has no subscriber on a node of this build either (every
+// subscribe path refuses it), so its entries have nobody to reach: the
+// worker acknowledges them without delivering or storing them, and says so.
+// They travel as bytes (see the .proto) so that such an entry, from a bug
+// or an older build, is one entry the worker passes over, not a batch that
+// cannot be decoded and wedges the producer's stream.
+func (b *Batch) BadTopics() []bool {
+	var bad []bool
+	for i, t := range b.Topics {
+		if !utf8.Valid(t) {
+			if bad == nil {
+				bad = make([]bool, len(b.Topics))
+			}
+			bad[i] = true
+		}
+	}
+	return bad
 }
 
 // Len is the number of entries in the batch.
@@ -99,10 +136,10 @@ func (c *Cursor) Next() (topic string, typeIndex uint32, payload []byte, exclude
 	c.stored = 0
 	size := int(b.PayloadSize[c.i])
 	payload = b.Payloads[c.off : c.off+size : c.off+size]
-	topic, typeIndex = b.Topics[b.TopicIndex[c.i]], b.TypeIndex[c.i]
+	topic, typeIndex = str(b.Topics[b.TopicIndex[c.i]]), b.TypeIndex[c.i]
 	if c.opt < len(b.Options) && int(b.Options[c.opt].Index) == c.i {
 		o := b.Options[c.opt]
-		exclude, onlyNode, c.stored = o.Exclude, o.OnlyNode, o.StoreCursor
+		exclude, onlyNode, c.stored = str(o.Exclude), str(o.OnlyNode), o.StoreCursor
 		c.opt++
 	}
 	c.i++
@@ -114,6 +151,13 @@ func (c *Cursor) Next() (topic string, typeIndex uint32, payload []byte, exclude
 // (0: none).
 func (c *Cursor) StoreCursor() uint64 { return c.stored }
 
+// TopicIndex is the index in Topics of the topic of the entry Next returned
+// last (see BadTopics).
+func (c *Cursor) TopicIndex() uint32 { return c.b.TopicIndex[c.i-1] }
+
+// PayloadType is the batch's payload type name i, as a string (no copy).
+func (b *Batch) PayloadType(i uint32) string { return str(b.PayloadTypes[i]) }
+
 // Entry returns entry i as a value (tests and tools; the hot path uses
 // Entries). The batch must be valid.
 func (b *Batch) Entry(i int) *Entry {
@@ -124,7 +168,7 @@ func (b *Batch) Entry(i int) *Entry {
 			return nil
 		}
 		if j == i {
-			return &Entry{Topic: topic, PayloadType: b.PayloadTypes[ti], Payload: payload, Exclude: exclude, OnlyNode: only}
+			return &Entry{Topic: topic, PayloadType: b.PayloadType(ti), Payload: payload, Exclude: exclude, OnlyNode: only}
 		}
 	}
 }

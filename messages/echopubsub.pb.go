@@ -460,6 +460,15 @@ func (x *Entry) GetOnlyNode() string {
 // payloads[sum(payload_size[:i]) : sum(payload_size[:i+1])]. Options holds
 // the rare per-entry exclude / only_node. Use Batch.AddEntry, Batch.Len,
 // Batch.Validate and Batch.Entry rather than the columns.
+//
+// The names (topics, payload_types, and EntryOption's exclude and
+// only_node) are `bytes`, not `string`: the same wire encoding (a node of
+// an earlier build reads and writes the same bytes), but a receiver decodes
+// any bytes, where a proto3 string that is not UTF-8 fails the whole
+// message. A batch protoactor cannot decode never reaches the worker: the
+// connection drops and the producer resends it forever, wedging the stream
+// (issue 37). Producers refuse such names where they enter (Broadcast); the
+// worker checks what arrives anyway, entry by entry (Batch.BadTopics).
 type Batch struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion     uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -468,8 +477,8 @@ type Batch struct {
 	ProducerIncarnation uint64                 `protobuf:"varint,4,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
 	Group               uint32                 `protobuf:"varint,5,opt,name=group,proto3" json:"group,omitempty"`
 	FirstCursor         uint64                 `protobuf:"varint,6,opt,name=first_cursor,json=firstCursor,proto3" json:"first_cursor,omitempty"`
-	Topics              []string               `protobuf:"bytes,8,rep,name=topics,proto3" json:"topics,omitempty"`
-	PayloadTypes        []string               `protobuf:"bytes,9,rep,name=payload_types,json=payloadTypes,proto3" json:"payload_types,omitempty"`
+	Topics              [][]byte               `protobuf:"bytes,8,rep,name=topics,proto3" json:"topics,omitempty"`
+	PayloadTypes        [][]byte               `protobuf:"bytes,9,rep,name=payload_types,json=payloadTypes,proto3" json:"payload_types,omitempty"`
 	TopicIndex          []uint32               `protobuf:"varint,10,rep,packed,name=topic_index,json=topicIndex,proto3" json:"topic_index,omitempty"`
 	TypeIndex           []uint32               `protobuf:"varint,11,rep,packed,name=type_index,json=typeIndex,proto3" json:"type_index,omitempty"`
 	PayloadSize         []uint32               `protobuf:"varint,12,rep,packed,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
@@ -551,14 +560,14 @@ func (x *Batch) GetFirstCursor() uint64 {
 	return 0
 }
 
-func (x *Batch) GetTopics() []string {
+func (x *Batch) GetTopics() [][]byte {
 	if x != nil {
 		return x.Topics
 	}
 	return nil
 }
 
-func (x *Batch) GetPayloadTypes() []string {
+func (x *Batch) GetPayloadTypes() [][]byte {
 	if x != nil {
 		return x.PayloadTypes
 	}
@@ -605,8 +614,8 @@ func (x *Batch) GetOptions() []*EntryOption {
 type EntryOption struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Index    uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Exclude  string                 `protobuf:"bytes,2,opt,name=exclude,proto3" json:"exclude,omitempty"`
-	OnlyNode string                 `protobuf:"bytes,3,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	Exclude  []byte                 `protobuf:"bytes,2,opt,name=exclude,proto3" json:"exclude,omitempty"` // bytes, not string: see Batch
+	OnlyNode []byte                 `protobuf:"bytes,3,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
 	// The entry's row in the cluster's shared durable store (0: none): the
 	// same row on every node, so a receiver's envelopes carry it too. A
 	// node-local store's cursors do not travel.
@@ -652,18 +661,18 @@ func (x *EntryOption) GetIndex() uint32 {
 	return 0
 }
 
-func (x *EntryOption) GetExclude() string {
+func (x *EntryOption) GetExclude() []byte {
 	if x != nil {
 		return x.Exclude
 	}
-	return ""
+	return nil
 }
 
-func (x *EntryOption) GetOnlyNode() string {
+func (x *EntryOption) GetOnlyNode() []byte {
 	if x != nil {
 		return x.OnlyNode
 	}
-	return ""
+	return nil
 }
 
 func (x *EntryOption) GetStoreCursor() uint64 {
@@ -712,8 +721,16 @@ type Register struct {
 	// it (no gap row).
 	PredecessorIncarnation uint64 `protobuf:"varint,12,opt,name=predecessor_incarnation,json=predecessorIncarnation,proto3" json:"predecessor_incarnation,omitempty"`
 	PredecessorFinal       uint64 `protobuf:"varint,13,opt,name=predecessor_final,json=predecessorFinal,proto3" json:"predecessor_final,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// For a join, when the producer node keeps a node-local durable store:
+	// an earlier incarnation of this producer (recorded in that store, which
+	// bounds when it last wrote) wrote after this node's pubsub started and
+	// may never have reached it. A worker that holds no earlier incarnation
+	// of this producer node (no entry, no tombstone) tells its subscribers
+	// CursorExpired (missed 0: unknown); one that does decides from its own
+	// cursor, as for any producer restart.
+	PredecessorOwed bool `protobuf:"varint,14,opt,name=predecessor_owed,json=predecessorOwed,proto3" json:"predecessor_owed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -835,6 +852,13 @@ func (x *Register) GetPredecessorFinal() uint64 {
 		return x.PredecessorFinal
 	}
 	return 0
+}
+
+func (x *Register) GetPredecessorOwed() bool {
+	if x != nil {
+		return x.PredecessorOwed
+	}
+	return false
 }
 
 // Expire tells a worker that the producer overwrote messages the worker's
@@ -2010,8 +2034,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x14producer_incarnation\x18\x04 \x01(\x04R\x13producerIncarnation\x12\x14\n" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12!\n" +
 	"\ffirst_cursor\x18\x06 \x01(\x04R\vfirstCursor\x12\x16\n" +
-	"\x06topics\x18\b \x03(\tR\x06topics\x12#\n" +
-	"\rpayload_types\x18\t \x03(\tR\fpayloadTypes\x12\x1f\n" +
+	"\x06topics\x18\b \x03(\fR\x06topics\x12#\n" +
+	"\rpayload_types\x18\t \x03(\fR\fpayloadTypes\x12\x1f\n" +
 	"\vtopic_index\x18\n" +
 	" \x03(\rR\n" +
 	"topicIndex\x12\x1d\n" +
@@ -2022,9 +2046,9 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"}\n" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
-	"\aexclude\x18\x02 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x03 \x01(\tR\bonlyNode\x12!\n" +
-	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\"\xfb\x03\n" +
+	"\aexclude\x18\x02 \x01(\fR\aexclude\x12\x1b\n" +
+	"\tonly_node\x18\x03 \x01(\fR\bonlyNode\x12!\n" +
+	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\"\xa6\x04\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -2041,7 +2065,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	" \x03(\rR\x11supportedVersions\x12\x17\n" +
 	"\ajoin_id\x18\v \x01(\x04R\x06joinId\x127\n" +
 	"\x17predecessor_incarnation\x18\f \x01(\x04R\x16predecessorIncarnation\x12+\n" +
-	"\x11predecessor_final\x18\r \x01(\x04R\x10predecessorFinal\"\xfb\x01\n" +
+	"\x11predecessor_final\x18\r \x01(\x04R\x10predecessorFinal\x12)\n" +
+	"\x10predecessor_owed\x18\x0e \x01(\bR\x0fpredecessorOwed\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +

@@ -89,3 +89,33 @@ func TestBatchDecoded(t *testing.T) {
 		t.Fatal("a truncated encoding decoded without an error")
 	}
 }
+
+// TestBatchWithABadTopicDecodes (issue 37): a batch whose topic is not
+// UTF-8 (encoded by hand, as the producer's encoder does) decodes, where
+// the names as proto3 strings failed the whole batch; BadTopics marks
+// exactly that topic, and is nil (no allocation) for a good batch. The
+// entries keep their bytes.
+func TestBatchWithABadTopicDecodes(t *testing.T) {
+	var enc messages.BatchEncoder
+	enc.Add("room:ok", "x.Y", []byte("a"), "", "", 0)
+	enc.Add("room:\xff", "x.Y", []byte("b"), "sub\xfe", "", 0)
+	var got messages.Batch
+	if err := proto.Unmarshal(enc.Encode(messages.BatchHeader{ProtocolVersion: 2, PubsubName: "p"}), &got); err != nil {
+		t.Fatalf("a batch with a topic that is not UTF-8 does not decode: %v", err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := got.BadTopics()
+	if len(bad) != 2 || bad[0] || !bad[1] {
+		t.Fatalf("BadTopics = %v, want [false true]", bad)
+	}
+	if e := got.Entry(1); e.Topic != "room:\xff" || e.Exclude != "sub\xfe" || string(e.Payload) != "b" {
+		t.Fatalf("entry 1 = %+v", e)
+	}
+	var good messages.Batch
+	good.Add("room:ok", "x.Y", nil, "", "", 0)
+	if good.BadTopics() != nil || testing.AllocsPerRun(10, func() { good.BadTopics() }) != 0 {
+		t.Fatal("BadTopics of a good batch is not nil, or allocates")
+	}
+}

@@ -94,4 +94,11 @@ type NodeStats struct {
 	// so what it is owed, is not known yet; Lag is then the most it can be
 	// owed (everything this producer incarnation wrote), Next 0.
 	LagUnknown bool
+	// Stalled: the node is owed messages (Lag > 0) and its read cursor has
+	// not moved for StallAfter (2 CallTimeout + BatchInterval), so its lag
+	// only grows; StallReason says why, as far as the producer knows (its
+	// calls fail, and the last error; it is not joined; or its worker
+	// answers but takes nothing). Also the metric echopubsub.peer.stalled.
+	Stalled     bool
+	StallReason string
 }

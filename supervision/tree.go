@@ -118,9 +118,6 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 	if typeName == "" || !strings.Contains(m.Message.TypeUrl, "/") {
 		return fmt.Errorf("echopubsub: broadcast message has an invalid type URL %q", m.Message.TypeUrl)
 	}
-	if m.Topic == "" {
-		return fmt.Errorf("echopubsub: topic must not be empty")
-	}
 	if core.ReservedTopic(m.Topic) { // only the request/reply path writes there (echopubsub.SessionInboxPrefix)
 		return fmt.Errorf("echopubsub: topic %q is reserved for session requests and replies", m.Topic)
 	}
@@ -129,7 +126,7 @@ func (r *root) broadcast(ctx actor.Context, m *messages.Broadcast) error {
 	if m.ExcludeSender && from != nil {
 		w.Exclude = delivery.Key(from)
 	}
-	if err := r.rt.CheckSize(len(w.Topic), len(w.Payload)); err != nil {
+	if err := r.rt.CheckWrite(w); err != nil { // the input rule, as ps.Broadcast's
 		return err
 	}
 	if m.Local {

@@ -190,7 +190,7 @@ func Heal(nodes []*Node) {
 // ErrCut is the error a cut link gives a producer's send.
 var ErrCut = errors.New("test: link cut")
 
-// Faults is a FaultHook with switchable faults.
+// Faults is a faults.Hook with switchable faults.
 type Faults struct {
 	mu        sync.Mutex
 	cut       map[string]bool
@@ -200,6 +200,7 @@ type Faults struct {
 	onDeliver func(from string, cursor uint64)
 	onAcked   func(from string, req proto.Message)
 	onReceive func(from string, req proto.Message)
+	onSend    func(node string, req proto.Message)
 	version   uint32 // pinned protocol version (0: current); read at Start
 }
 
@@ -242,6 +243,15 @@ func (f *Faults) SetOnReceive(fn func(from string, req proto.Message)) {
 	f.mu.Unlock()
 }
 
+// SetOnSend runs fn before a producer on this node sends req to node (fn
+// may change req: what it leaves is what is sent, a peer of another build
+// or a producer with a bug).
+func (f *Faults) SetOnSend(fn func(node string, req proto.Message)) {
+	f.mu.Lock()
+	f.onSend = fn
+	f.mu.Unlock()
+}
+
 // NewFaults returns a hook with no faults.
 func NewFaults() *Faults { return &Faults{cut: map[string]bool{}} }
 
@@ -271,7 +281,13 @@ func (f *Faults) CountBatches() func() int {
 	}
 }
 
-func (f *Faults) Send(node string, _ proto.Message) error {
+func (f *Faults) Send(node string, req proto.Message) error {
+	f.mu.Lock()
+	fn := f.onSend
+	f.mu.Unlock()
+	if fn != nil {
+		fn(node, req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.panicSend {

@@ -161,3 +161,10 @@ func (w *Captured) Count(s string) int {
 	defer w.mu.Unlock()
 	return strings.Count(w.kept.String(), s)
 }
+
+// String is what was logged so far (only a CapturingLogger keeps it).
+func (w *Captured) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kept.String()
+}

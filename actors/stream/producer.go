@@ -60,8 +60,10 @@ type Drained struct {
 	Retired int
 	Away    map[string]uint64
 	// Incarnation and WriteCursor: where this producer incarnation ended
-	// (its last write is WriteCursor - 1).
+	// (its last write is WriteCursor - 1), and LastWrite when (zero: it
+	// wrote nothing; only with core.Durable.Leases).
 	Incarnation, WriteCursor uint64
+	LastWrite                time.Time
 }
 
 type (
@@ -115,6 +117,11 @@ type peer struct {
 	expired  int
 	failures int
 	lastErr  string
+	// lastFail is the error of the last failed call; progressNext and
+	// progressLag the read cursor and lag watch last saw (the stall rule).
+	lastFail                  string
+	progressNext, progressLag uint64
+	stalled                   bool // as last logged
 
 	retryCancel, forgetCancel scheduler.CancelFunc
 
@@ -176,6 +183,7 @@ type producer struct {
 	// dur, when set, knows this node's previous incarnation of the group
 	// (told to joining workers: see Register.predecessor_incarnation).
 	dur      core.Durable
+	lease    lease
 	lastWarn time.Time
 	drainTo  *actor.PID // who asked Drain; nil when not draining
 	drainDue scheduler.CancelFunc
@@ -256,6 +264,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
 		p.dialCtx, p.dialStop = context.WithCancel(context.Background())
 		p.log.Info().Uint64("incarnation", p.inc).Bool("restarted", p.restarted).Msg("producer started")
+		p.lease = newLease(p.dur, p.group) // before this incarnation records its own
 		if p.restarted {
 			// This node's subscribers got the old incarnation's messages at
 			// write time, but the write that crashed it may not have reached
@@ -317,12 +326,18 @@ func (p *producer) stopTimers() {
 // reports whether writes are left (see takeMore).
 func (p *producer) takeWrites(ctx actor.Context) bool {
 	taken, more := p.queue.Take(p.cfg.MaxBatchMessages)
+	if len(taken) > 0 && p.lease.on {
+		p.renewLease()
+	}
 	var it delivery.Item // reused for the take: all its writes were queued before it (see Item)
 	for i := range taken {
 		p.write(ctx, &taken[i], &it)
 	}
 	if len(taken) == 0 {
 		return more
+	}
+	if p.lease.on {
+		p.lease.lastWrite = time.Now()
 	}
 	for _, pe := range p.peers {
 		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && pe.flight < p.window(pe) && (p.full(pe) || p.burstTail(pe)) {
@@ -416,6 +431,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	}
 	p.capacity(ctx, pe, d.Lag)
 	pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
+	p.watch(pe, d.Lag)
 	switch d.Kind {
 	case ringbuf.CaughtUp:
 		pe.due = false
@@ -554,6 +570,14 @@ func (p *producer) acked(pe *peer, workerNext uint64) {
 	}
 	if pe.sent < pe.next {
 		pe.sent = pe.next
+	}
+	// The lag gauge and the stall watch see the ack now: the ack of the
+	// last batch is not followed by a service call when nothing is left
+	// (the gauge kept the lag it had at the send, and an idle, caught-up
+	// peer showed as stalled).
+	if d, err := p.ring.Decide(pe.next); err == nil {
+		pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
+		p.watch(pe, d.Lag)
 	}
 }
 
@@ -793,6 +817,11 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	if p.dur != nil && !p.restarted { // a restarted actor's predecessor is this process's crashed one
 		req.PredecessorIncarnation, req.PredecessorFinal = p.dur.Predecessor(p.group)
 	}
+	if pe.workerInc != ack.WorkerIncarnation && !ack.Forgot {
+		// First join of this worker incarnation: was it owed what an
+		// earlier incarnation of this producer wrote?
+		req.PredecessorOwed = p.lease.owedByEarlier(pe.since, p.inc)
+	}
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
 		p.log.Warn().Str("peer", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
@@ -907,7 +936,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
 		return
 	}
-	res := &Drained{Group: p.group, Away: map[string]uint64{}, Incarnation: p.inc, WriteCursor: p.ring.WriteCursor()}
+	res := &Drained{Group: p.group, Away: map[string]uint64{}, Incarnation: p.inc, WriteCursor: p.ring.WriteCursor(), LastWrite: p.lease.lastWrite}
 	for _, pe := range p.peers {
 		switch {
 		case pe.retired:
@@ -999,6 +1028,7 @@ func (p *producer) answered(pe *peer) {
 // logs the first failure and then every 50th, never one line per attempt.
 func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
+	pe.lastFail = err.Error()
 	pe.callable = false // the next call waits until the node accepts a connection (reach.go)
 	if pe.failures == 1 || pe.failures%50 == 0 {
 		p.log.Warn().Str("peer", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
@@ -1039,6 +1069,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 		if pe == nil {
 			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name),
 				listed: monotonic()}
+			pe.gauge.Watch(core.Monotonic(), p.cfg.StallAfter())
 			p.peers[m.Name] = pe
 		} else {
 			if pe.absent {
@@ -1104,9 +1135,50 @@ func (p *producer) stats() *messages.GroupStats {
 				ns.Next, ns.Lag, ns.Expired, ns.LagUnknown = 0, gs.WriteCursor, false, true
 			}
 		}
+		p.watch(pe, ns.Lag)
+		if ns.Stalled = pe.gauge.Stalled(ns.Lag, core.Monotonic()); ns.Stalled {
+			ns.StallReason = stallReason(pe)
+		}
 		gs.Nodes = append(gs.Nodes, ns)
 	}
 	return gs
+}
+
+// watch records pe's progress for the stall rule (core.Stalled): its read
+// cursor moved since last seen, or it is owed nothing, or it was owed
+// nothing when last seen (the clock starts when it starts being owed, not
+// at the end of an idle spell).
+func (p *producer) watch(pe *peer, lag uint64) {
+	now := core.Monotonic()
+	if pe.next != pe.progressNext || lag == 0 || pe.progressLag == 0 {
+		pe.progressNext = pe.next
+		pe.gauge.Progressed(now)
+	}
+	pe.progressLag = lag
+	if stalled := pe.gauge.Stalled(lag, now); stalled != pe.stalled { // logged once per change
+		pe.stalled = stalled
+		if stalled {
+			p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Uint64("next", pe.next).Str("reason", stallReason(pe)).
+				Dur("stall_after", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
+		} else {
+			p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Msg("peer stream moves again")
+		}
+	}
+}
+
+// stallReason says why pe's stream makes no progress, as far as the
+// producer knows.
+func stallReason(pe *peer) string {
+	switch {
+	case pe.failures > 0:
+		return fmt.Sprintf("%d calls in a row failed, the last: %s", pe.failures, pe.lastFail)
+	case pe.absent:
+		return "the node left the membership"
+	case !pe.registered:
+		return "not joined with the node's worker yet"
+	default:
+		return fmt.Sprintf("the node's worker answers but its read cursor stays at %d", pe.next)
+	}
 }
 
 // joinStats is a join decision as NodeStats' Next, Lag and Expired.

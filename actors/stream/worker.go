@@ -40,10 +40,12 @@ type known struct {
 // the producer retries.
 const maxProducers = 1024
 
-// tombstone is a dropped producer: its incarnation, whether it retired.
+// tombstone is a dropped producer: its incarnation, whether it retired,
+// and its expected cursor then.
 type tombstone struct {
 	incarnation uint64
 	retired     bool
+	expected    uint64
 }
 
 // workerTable outlives a crash of the worker actor: the group hands it to
@@ -220,7 +222,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		// node: its entry, or its tombstone.
 		old, hadOld := tombstone{}, false
 		if k != nil && k.incarnation != m.ProducerIncarnation {
-			old, hadOld = tombstone{incarnation: k.incarnation, retired: k.retired}, true
+			old, hadOld = tombstone{incarnation: k.incarnation, retired: k.retired, expected: k.expected}, true
 		} else if t, ok := w.table.forgot[m.ProducerNode]; ok && k == nil && t.incarnation != m.ProducerIncarnation {
 			old, hadOld = t, true
 		}
@@ -261,14 +263,29 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 		told = m.JoinId
 	case hadOld && !old.retired:
 		// Whatever the old incarnation wrote and did not deliver is
-		// gone, unless it retired: then nothing was left untold.
+		// gone, unless it retired: then nothing was left untold. Where
+		// it ended is known when its node says so (a graceful Stop,
+		// recorded in its store).
 		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"}
+		if m.PredecessorIncarnation == old.incarnation && m.PredecessorFinal >= old.expected {
+			if ce.Missed = m.PredecessorFinal - old.expected; ce.Missed == 0 {
+				ce = nil // it ended where this node was: nothing lost
+			} else {
+				ce.Reason = "producer stopped before this node got everything"
+			}
+		}
+	case !hadOld && m.PredecessorOwed:
+		// The producer's node recorded an earlier incarnation that wrote
+		// after this node started, and this node never held it: what it
+		// wrote for this node is lost (the count is not known).
+		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group,
+			Reason: "an earlier incarnation of the producer wrote after this node started and never reached it"}
 	}
 	if w.dur != nil { // recorded first: a store that fails changes nothing (the producer joins again)
 		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
 		var err error
 		if ce != nil {
-			err = w.dur.Lost(pos, 0, ce.Reason)
+			err = w.dur.Lost(pos, ce.Missed, ce.Reason)
 		} else {
 			err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
 		}
@@ -345,7 +362,7 @@ func (w *worker) prune() bool {
 			}
 			delete(w.table.forgot, f)
 		}
-		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired}
+		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired, expected: k.expected}
 		dropped = true
 		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
 	}
@@ -375,14 +392,15 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 			return w.ack(messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, k.expected)
 		}
 	}
+	bad := m.BadTopics() // nil unless a topic is not UTF-8: see passOver
 	var stored []uint64
 	if w.dur != nil {
 		var err error
-		if stored, err = w.store(m, k); err != nil {
+		if stored, err = w.store(m, k, bad); err != nil {
 			return w.reject("batch", m.ProducerNode, fmt.Errorf("durable store: %w", err))
 		}
 	}
-	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor, stored: stored,
+	d := batchDelivery{w: w, m: m, k: k, entries: m.Entries(), next: m.FirstCursor, stored: stored, bad: bad,
 		it:    delivery.Item{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation},
 		types: make([]messages.Type, len(m.PayloadTypes))}
 	if w.hook == nil {
@@ -394,7 +412,27 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	}
 	delivered := d.delivered
 	w.m.Delivered.Add(context.Background(), delivered, w.m.Group(w.group))
+	if d.passed > 0 {
+		w.passOver(m, &d)
+	}
 	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+}
+
+// passOver reports the entries of m whose topic is not valid UTF-8 (issue
+// 37), which the worker acknowledged without delivering or storing them.
+// Such a topic cannot have a subscriber here: every subscribe path (and
+// every publishing one) refuses it with ErrInvalidTopic. So nobody on this
+// node loses anything, and nobody is told CursorExpired (a notice would be
+// a false alarm); the entries are counted (echopubsub.worker.entries_passed_over)
+// and logged with the producer, the first one's cursor and its topic,
+// escaped. Before, protoactor could not decode such a batch at all: the
+// connection dropped and the producer resent the batch forever, so every
+// later message to this node stopped.
+func (w *worker) passOver(m *messages.Batch, d *batchDelivery) {
+	w.m.EntriesPassedOver.Add(context.Background(), d.passed, w.m.Group(w.group))
+	w.log.Error().Str("producer", m.ProducerNode).Uint64("cursor", d.firstPassed).Int64("entries", d.passed).
+		Str("topic", fmt.Sprintf("%.64q", d.passedTopic)).
+		Msg("batch entries whose topic is not valid UTF-8 acknowledged, not delivered: no subscriber here can hold such a topic")
 }
 
 // store hands the batch's new durable entries (not direct ones) to the
@@ -402,7 +440,7 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 // is delivered: an acknowledged batch is stored. It returns each entry's
 // cursor in this node's store (indexed by the entry's position in the
 // batch; 0: not stored here), or nil when the batch stored nothing here.
-func (w *worker) store(m *messages.Batch, k *known) ([]uint64, error) {
+func (w *worker) store(m *messages.Batch, k *known, bad []bool) ([]uint64, error) {
 	var rows []core.Row
 	var at []int // rows[i] is entry at[i]
 	it := m.Entries()
@@ -414,10 +452,10 @@ func (w *worker) store(m *messages.Batch, k *known) ([]uint64, error) {
 		}
 		cur := c
 		c++
-		if cur < k.expected || only != "" || !w.dur.IsDurable(topic) {
+		if cur < k.expected || only != "" || (bad != nil && bad[it.TopicIndex()]) || !w.dur.IsDurable(topic) {
 			continue
 		}
-		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadTypes[ti], Payload: payload, Cursor: it.StoreCursor()})
+		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadType(ti), Payload: payload, Cursor: it.StoreCursor()})
 		at = append(at, int(cur-m.FirstCursor))
 	}
 	if c <= k.expected {
@@ -448,9 +486,15 @@ type batchDelivery struct {
 	entries   messages.Cursor
 	next      uint64   // cursor of the next entry
 	stored    []uint64 // each entry's cursor in this node's store (worker.store), or nil
+	bad       []bool   // Batch.BadTopics: nil in every batch of this build's producers
 	it        delivery.Item
 	types     []messages.Type // resolved once per batch, when needed
 	delivered int64
+	// passed counts the entries passed over for their topic (worker.passOver),
+	// the first at firstPassed.
+	passed      int64
+	firstPassed uint64
+	passedTopic string
 }
 
 // run handles up to n new entries (n < 0: all) and reports whether it
@@ -469,12 +513,17 @@ func (d *batchDelivery) run(n int) bool {
 		}
 		w := d.w
 		plant.AckFirst(&d.k.expected, c, w.hook, d.m.ProducerNode)
-		if (only == "" || only == w.node) && !plant.SkipEntry() {
+		if d.bad != nil && d.bad[d.entries.TopicIndex()] {
+			if d.passed == 0 {
+				d.firstPassed, d.passedTopic = c, topic
+			}
+			d.passed++
+		} else if (only == "" || only == w.node) && !plant.SkipEntry() {
 			if !d.types[ti].Resolved() {
 				// Unknown here: left unresolved, decode says so per message.
-				d.types[ti], _ = messages.LookupType(d.m.PayloadTypes[ti])
+				d.types[ti], _ = messages.LookupType(d.m.PayloadType(ti))
 			}
-			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadTypes[ti], payload, d.types[ti]
+			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadType(ti), payload, d.types[ti]
 			d.it.Exclude, d.it.Cursor, d.it.StoreCursor = exclude, c, 0
 			if d.stored != nil {
 				d.it.StoreCursor = d.stored[c-d.m.FirstCursor]

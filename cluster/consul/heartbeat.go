@@ -8,6 +8,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/hashicorp/consul/api"
+
+	"github.com/echopubsub/echopubsub/internal/retry"
 )
 
 // heartbeat registers this node and refreshes its TTL check. It runs one
@@ -19,7 +21,7 @@ type heartbeat struct {
 	reg        *api.AgentServiceRegistration
 	sched      *scheduler.TimerScheduler
 	cancelTick scheduler.CancelFunc
-	bo         backoff
+	bo         retry.Backoff
 	registered bool // Consul accepted the registration (and has not lost it since, as far as we know)
 	ever       bool
 }
@@ -30,7 +32,7 @@ func (h *heartbeat) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
 		h.sched = scheduler.NewTimerScheduler(ctx)
-		h.bo = backoff{min: h.c.cfg.RetryMin, max: h.c.cfg.RetryMax}
+		h.bo = retry.Backoff{Min: h.c.cfg.RetryMin, Max: h.c.cfg.RetryMax}
 		h.tick(ctx)
 	case *heartbeatTick:
 		h.tick(ctx)
@@ -54,12 +56,12 @@ func (h *heartbeat) tick(ctx actor.Context) {
 			return
 		}
 		if err != nil {
-			c.avail.fail("register", err, c.cfg.RetryMax)
-			h.after(ctx, h.bo.next())
+			c.avail.Fail("register", err, c.cfg.RetryMax)
+			h.after(ctx, h.bo.Next())
 			return
 		}
-		c.avail.ok("register")
-		h.bo.reset()
+		c.avail.OK("register")
+		h.bo.Reset()
 		h.registered = true
 		if h.ever {
 			c.env.Log.Info().Str("service_id", h.reg.ID).Msg("registered with consul again (it had lost this node)")
@@ -77,18 +79,18 @@ func (h *heartbeat) tick(ctx actor.Context) {
 	var status api.StatusError
 	switch {
 	case err == nil:
-		c.avail.ok("register")
-		h.bo.reset()
+		c.avail.OK("register")
+		h.bo.Reset()
 		h.after(ctx, c.cfg.RefreshInterval)
 	case errors.As(err, &status):
 		// Consul answered but does not know the check (a dev agent that
 		// restarted, an operator who deregistered us): register again now.
-		c.avail.ok("register")
+		c.avail.OK("register")
 		h.registered = false
 		h.after(ctx, 0)
 	default:
-		c.avail.fail("register", err, c.cfg.RetryMax)
-		h.after(ctx, h.bo.next())
+		c.avail.Fail("register", err, c.cfg.RetryMax)
+		h.after(ctx, h.bo.Next())
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/retry"
 )
 
 // Membership is a cluster.Membership backed by a Consul agent.
@@ -66,7 +67,7 @@ type Membership struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
-	avail availability
+	avail retry.Availability
 }
 
 var _ cluster.Membership = (*Membership)(nil)
@@ -116,7 +117,7 @@ func (c *Membership) Start(env cluster.Env) error {
 	c.started = true
 	c.env = env
 	c.env.Log = env.Log.With().Str("membership", "consul").Str("consul", c.cfg.Address).Logger()
-	c.avail.log = c.env.Log
+	c.avail.Log, c.avail.Service = c.env.Log, "consul"
 	c.serviceID = env.Service + "@" + env.Self.Name
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 
@@ -245,7 +246,7 @@ func (c *Membership) watch() {
 	defer c.wg.Done()
 	var (
 		index      uint64
-		bo         = backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
+		bo         = retry.Backoff{Min: c.cfg.RetryMin, Max: c.cfg.RetryMax}
 		failed     bool
 		graceUntil time.Time
 	)
@@ -260,17 +261,17 @@ func (c *Membership) watch() {
 			return
 		}
 		if err != nil {
-			c.avail.fail("discover", err, c.cfg.RetryMax)
+			c.avail.Fail("discover", err, c.cfg.RetryMax)
 			// Consul may come back empty (restarted): re-read from scratch
 			// rather than block on an index it no longer has.
 			failed, index = true, 0
-			if !sleepCtx(c.ctx, bo.next()) {
+			if !retry.Sleep(c.ctx, bo.Next()) {
 				return
 			}
 			continue
 		}
-		c.avail.ok("discover")
-		bo.reset()
+		c.avail.OK("discover")
+		bo.Reset()
 		if failed || meta.LastIndex < index {
 			graceUntil = time.Now().Add(c.cfg.RecoveryGrace)
 			failed = false

@@ -99,23 +99,23 @@ func TestConsulMembersJoinUpdateLeave(t *testing.T) {
 		return time.Now()
 	}
 	register("1")
-	evA.wait(t, b, cluster.Joined, 1)
+	evA.Wait(t, b, cluster.Joined, 1)
 	if ms := a.Members(); len(ms) != 2 || ms[0].Name != "127.0.0.1:7001" || ms[1] != (cluster.Member{Address: b, Name: b, Incarnation: 1}) {
 		t.Fatalf("Members() = %v, want self then %s inc 1", ms, b)
 	}
 	register("2")
-	evA.wait(t, b, cluster.Updated, 2)
+	evA.Wait(t, b, cluster.Updated, 2)
 	if err := client.Agent().UpdateTTL(service+"@"+b+":ttl", "", api.HealthPassing); err != nil {
 		t.Fatalf("refresh fake member: %v", err)
 	}
 	lastRefresh := time.Now()
 
 	// Nobody refreshes b's check: it turns critical after its TTL.
-	evA.wait(t, b, cluster.Left, 2)
+	evA.Wait(t, b, cluster.Left, 2)
 	if d := time.Since(lastRefresh); d < 900*time.Millisecond {
 		t.Fatalf("member left %v after its last refresh, before its 1s TTL", d)
 	}
-	if got := evA.kinds(b); !equalKinds(got, cluster.Joined, cluster.Updated, cluster.Left) {
+	if got := evA.Kinds(b); !test.EqualKinds(got, cluster.Joined, cluster.Updated, cluster.Left) {
 		t.Fatalf("events for %s = %v, want joined, updated, left", b, got)
 	}
 	// Polled: once (on a loaded machine, in CI) the agent's health endpoint
@@ -134,9 +134,9 @@ func TestConsulMembersJoinUpdateLeave(t *testing.T) {
 	if n := agent.HealthyInstances(service); n != 0 {
 		t.Fatalf("healthy instances = %d after Stop, want 0 (deregistered)", n)
 	}
-	n := evA.len()
+	n := evA.Len()
 	register("3")
-	test.Never(t, 300*time.Millisecond, func() bool { return evA.len() != n }, test.Sprintf("an event after Stop"))
+	test.Never(t, 300*time.Millisecond, func() bool { return evA.Len() != n }, test.Sprintf("an event after Stop"))
 	test.VerifyNoLeaks(t, ignore...) // protoactor's timed goroutines are ignored by name (see test.VerifyNoLeaks)
 }
 
@@ -188,8 +188,8 @@ func TestConsulUnreachableAtStartRetriesThenJoins(t *testing.T) {
 	test.Eventually(t, 10*time.Second, func() bool { return agent.HealthyInstances(service) == 1 },
 		test.Sprintf("node registered once consul is up"))
 	b, evB, _ := startMember(t, system, fastConsul(agent.Addr), "127.0.0.1:7002", 1)
-	evA.wait(t, "127.0.0.1:7002", cluster.Joined, 1)
-	evB.wait(t, "127.0.0.1:7001", cluster.Joined, 1)
+	evA.Wait(t, "127.0.0.1:7002", cluster.Joined, 1)
+	evB.Wait(t, "127.0.0.1:7001", cluster.Joined, 1)
 	test.Eventually(t, 5*time.Second, func() bool { return logA.count("consul available again") == 1 },
 		func() string { return "one 'available again' line:\n" + logA.String() })
 	for _, line := range []string{"consul unavailable", "consul available again", "registered with consul"} {
@@ -215,8 +215,8 @@ func TestConsulOutageKeepsMembers(t *testing.T) {
 
 	a, evA, logA := startMember(t, system, cfg, "127.0.0.1:7001", 1)
 	b, evB, _ := startMember(t, system, cfg, "127.0.0.1:7002", 1)
-	evA.wait(t, "127.0.0.1:7002", cluster.Joined, 1)
-	evB.wait(t, "127.0.0.1:7001", cluster.Joined, 1)
+	evA.Wait(t, "127.0.0.1:7002", cluster.Joined, 1)
+	evB.Wait(t, "127.0.0.1:7001", cluster.Joined, 1)
 
 	agent.Stop(t)
 	test.Eventually(t, 5*time.Second, func() bool { return logA.count("consul unavailable") == 1 },
@@ -235,7 +235,7 @@ func TestConsulOutageKeepsMembers(t *testing.T) {
 	}
 	// The grace ends RecoveryGrace after the watch's first answer; past it,
 	// everyone is back, so no Left ever.
-	left := func() bool { return len(evA.ofKind(cluster.Left)) > 0 || len(evB.ofKind(cluster.Left)) > 0 }
+	left := func() bool { return len(evA.OfKind(cluster.Left)) > 0 || len(evB.OfKind(cluster.Left)) > 0 }
 	test.Never(t, cfg.RecoveryGrace+500*time.Millisecond, left,
 		func() string { return "a Left for a Consul outage: " + evA.String() + " / " + evB.String() })
 	if !left() && len(a.Members()) != 2 {
@@ -243,7 +243,7 @@ func TestConsulOutageKeepsMembers(t *testing.T) {
 	}
 
 	stop(t, b) // a real leave is still reported, at once (deregistered)
-	evA.wait(t, "127.0.0.1:7002", cluster.Left, 1)
+	evA.Wait(t, "127.0.0.1:7002", cluster.Left, 1)
 	stop(t, a)
 	test.VerifyNoLeaks(t, ignore...) // protoactor's timed goroutines are ignored by name (see test.VerifyNoLeaks)
 }
@@ -278,24 +278,23 @@ func apiClient(t *testing.T, addr string) *api.Client {
 
 // startMember starts a Consul membership for node addr, whose events go to
 // a recorder; it is stopped when the test ends.
-func startMember(t *testing.T, system *actor.ActorSystem, cfg consul.Config, addr string, inc uint64) (*consul.Membership, *recorder, *lines) {
+func startMember(t *testing.T, system *actor.ActorSystem, cfg consul.Config, addr string, inc uint64) (*consul.Membership, *test.MembershipEvents, *lines) {
 	t.Helper()
 	c, err := consul.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	rec := &recorder{}
-	rec.pid = system.Root.Spawn(actor.PropsFromFunc(rec.receive))
+	rec := test.SpawnMembershipEvents(system)
 	log := &lines{t: t}
 	t.Cleanup(log.close)
 	self := cluster.Member{Address: addr, Name: addr, Incarnation: inc}
-	env := cluster.Env{System: system, Self: self, Service: service, Owner: rec.pid,
+	env := cluster.Env{System: system, Self: self, Service: service, Owner: rec.PID,
 		Log: zerolog.New(log).With().Timestamp().Str("test_node", addr).Logger()}
 	if err := c.Start(env); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { stop(t, c) })
-	rec.wait(t, addr, cluster.Joined, inc) // Start announces self first
+	rec.Wait(t, addr, cluster.Joined, inc) // Start announces self first
 	return c, rec, log
 }
 
@@ -306,83 +305,6 @@ func stop(t *testing.T, c *consul.Membership) {
 	if err := c.Stop(ctx); err != nil {
 		t.Errorf("Stop: %v", err)
 	}
-}
-
-// recorder is an owner actor that records every *cluster.Event.
-type recorder struct {
-	pid *actor.PID
-	mu  sync.Mutex
-	evs []cluster.Event
-}
-
-func (r *recorder) receive(ctx actor.Context) {
-	if ev, ok := ctx.Message().(*cluster.Event); ok {
-		r.mu.Lock()
-		r.evs = append(r.evs, *ev)
-		r.mu.Unlock()
-	}
-}
-
-func (r *recorder) all() []cluster.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]cluster.Event(nil), r.evs...)
-}
-
-func (r *recorder) len() int { return len(r.all()) }
-
-func (r *recorder) kinds(name string) []cluster.EventKind {
-	var out []cluster.EventKind
-	for _, ev := range r.all() {
-		if ev.Member.Name == name {
-			out = append(out, ev.Kind)
-		}
-	}
-	return out
-}
-
-func (r *recorder) ofKind(k cluster.EventKind) []cluster.Event {
-	var out []cluster.Event
-	for _, ev := range r.all() {
-		if ev.Kind == k {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-func (r *recorder) String() string {
-	var b strings.Builder
-	for _, ev := range r.all() {
-		b.WriteString(ev.Kind.String() + " " + ev.Member.String() + "; ")
-	}
-	return b.String()
-}
-
-// wait polls until an event of kind for member name with incarnation inc
-// was recorded.
-func (r *recorder) wait(t *testing.T, name string, kind cluster.EventKind, inc uint64) {
-	t.Helper()
-	test.Eventually(t, 10*time.Second, func() bool {
-		for _, ev := range r.all() {
-			if ev.Kind == kind && ev.Member.Name == name && ev.Member.Incarnation == inc {
-				return true
-			}
-		}
-		return false
-	}, func() string { return "want " + kind.String() + " " + name + ", got " + r.String() })
-}
-
-func equalKinds(got []cluster.EventKind, want ...cluster.EventKind) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // lines records a logger's output (one JSON object per line) and echoes

@@ -123,13 +123,15 @@ func (c *Chat) startNodes() error {
 			}
 			return nil
 		}
-		store, err := seglog.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d", i+1)))
+		log := c.log.With().Int("node_index", i+1).Logger()
+		// The store logs what its Open cut off or refused through the node's logger.
+		store, err := seglog.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d", i+1)), seglog.WithLogger(log))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i+1, err)
 		}
 		n.store = store
 		ps, err := echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)),
-			echopubsub.WithLogger(c.log.With().Int("node_index", i+1).Logger()),
+			echopubsub.WithLogger(log),
 			echopubsub.WithStore(store),
 			echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
 		if err != nil {

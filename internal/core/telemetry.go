@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -24,12 +25,14 @@ type Metrics struct {
 	BatchesSent, BatchesAcked    metric.Int64Counter
 	Retries                      metric.Int64Counter
 	ExpiredSent, ExpiredReceived metric.Int64Counter
+	EntriesPassedOver            metric.Int64Counter
 	RoundTrip                    metric.Float64Histogram
 	gauges                       sync.Map // gaugeKey -> *PeerGauge
 	registration                 metric.Registration
 	groupAttrs                   []metric.MeasurementOption
 	pubsubAttr                   attribute.KeyValue
 	lagGauge, failsGauge         metric.Int64ObservableGauge
+	stalledGauge                 metric.Int64ObservableGauge
 	fillGauge                    metric.Float64ObservableGauge
 
 	// Back-pressure (delivery to this node's subscribers) and sessions.
@@ -38,6 +41,9 @@ type Metrics struct {
 	sessionRefused                metric.Int64Counter
 	trimmedRows, trimmedBytes     metric.Int64Counter // retention (durable streams)
 	reservationsGauge             metric.Int64ObservableGauge
+	storeFailingGauge             metric.Int64ObservableGauge
+	storeFailing                  atomic.Int64 // 1 while the node-local store's writes fail
+	storeUnstored                 metric.Int64Counter
 	reservations                  atomic.Pointer[func() int64] // read by the gauge's callback
 	pubsubOnly                    metric.MeasurementOption
 	dropAttrs, bpAttrs            map[string]metric.MeasurementOption
@@ -61,7 +67,35 @@ type gaugeKey struct {
 type PeerGauge struct {
 	Lag, Failures atomic.Int64
 	fill          atomic.Uint64 // math.Float64bits of lag / BufferSize, at most 1
-	Attrs         metric.MeasurementOption
+	// progress is when (Monotonic) the peer's read cursor last moved, or
+	// the peer was caught up; stallAfter is Config.StallAfter, in ns.
+	progress, stallAfter atomic.Int64
+	Attrs                metric.MeasurementOption
+}
+
+// Watch starts watching the peer's progress (Stalled) from now.
+func (pg *PeerGauge) Watch(now int64, stallAfter time.Duration) {
+	pg.stallAfter.Store(int64(stallAfter))
+	pg.progress.Store(now)
+}
+
+// Progressed records that the peer's read cursor moved, or that the peer
+// was caught up, at now.
+func (pg *PeerGauge) Progressed(now int64) { pg.progress.Store(now) }
+
+// Stalled applies the stall rule (Stalled) to lag: what the gauge's
+// callback reports, and what Stats reports with the lag it computes.
+func (pg *PeerGauge) Stalled(lag uint64, now int64) bool {
+	return Stalled(lag, now-pg.progress.Load(), time.Duration(pg.stallAfter.Load()))
+}
+
+// Stalled is the stall rule, in one place: a peer's stream is stalled when
+// the peer is owed messages (lag > 0) and its read cursor has not moved for
+// stallAfter (Config.StallAfter), so the lag only grows as writes go on.
+// A peer that is slow but takes batches is never stalled; a caught-up one
+// never is.
+func Stalled(lag uint64, still int64, stallAfter time.Duration) bool {
+	return lag > 0 && stallAfter > 0 && still > int64(stallAfter)
 }
 
 // SetLag records the peer's lag and its share of the buffer (1: the next
@@ -114,8 +148,10 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	m.Retries = counter("echopubsub.retries", "{call}", "Failed calls to a peer node, each retried after RetryInterval.")
 	m.ExpiredSent = counter("echopubsub.cursor_expired.sent", "{notice}", "CursorExpired told to a peer node by this node's producers.")
 	m.ExpiredReceived = counter("echopubsub.cursor_expired.received", "{notice}", "CursorExpired notices this node's workers gave their subscribers.")
+	m.EntriesPassedOver = counter("echopubsub.worker.entries_passed_over", "{message}", "Received entries whose topic is not valid UTF-8, acknowledged without delivering: no subscriber can hold such a topic (a producer of this build refuses it).")
 	m.lagGauge = gauge("echopubsub.peer.lag", "{message}", "Messages a peer node has not acknowledged (its lag behind the write cursor).")
 	m.failsGauge = gauge("echopubsub.peer.failures", "{call}", "Consecutive failed calls to a peer node.")
+	m.stalledGauge = gauge("echopubsub.peer.stalled", "{stream}", "1 while the stream to a peer node is stalled: messages owed and its read cursor unmoved for StallAfter (2 CallTimeout + BatchInterval); Stats and Health say why.")
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +175,8 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		return nil, err
 	}
 	m.reservationsGauge = gauge("echopubsub.session.reservations", "{reservation}", "Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")
+	m.storeFailingGauge = gauge("echopubsub.store.failing", "1", "1 while this node's node-local durable store fails to write (live delivery goes on; what it cannot store becomes gap rows), else 0.")
+	m.storeUnstored = counter("echopubsub.store.unstored_rows", "{row}", "Durable rows this node received and delivered but its failing store could not write: each is counted in a gap row once the store recovers.")
 	if err != nil {
 		return nil, err
 	}
@@ -164,13 +202,19 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 			o.ObserveInt64(m.lagGauge, pg.Lag.Load(), pg.Attrs)
 			o.ObserveFloat64(m.fillGauge, math.Float64frombits(pg.fill.Load()), pg.Attrs)
 			o.ObserveInt64(m.failsGauge, pg.Failures.Load(), pg.Attrs)
+			var stalled int64
+			if pg.Stalled(uint64(max(pg.Lag.Load(), 0)), Monotonic()) {
+				stalled = 1
+			}
+			o.ObserveInt64(m.stalledGauge, stalled, pg.Attrs)
 			return true
 		})
 		if f := m.reservations.Load(); f != nil {
 			o.ObserveInt64(m.reservationsGauge, (*f)(), m.pubsubOnly)
 		}
+		o.ObserveInt64(m.storeFailingGauge, m.storeFailing.Load(), m.pubsubOnly)
 		return nil
-	}, m.lagGauge, m.fillGauge, m.failsGauge, m.reservationsGauge)
+	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge, m.storeFailingGauge)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +247,7 @@ func (m *Metrics) recordZeros() {
 		m.Published.Add(ctx, 0, g)
 		m.Delivered.Add(ctx, 0, g)
 		m.ExpiredReceived.Add(ctx, 0, g)
+		m.EntriesPassedOver.Add(ctx, 0, g)
 	}
 	for _, c := range []struct {
 		c   metric.Int64Counter
@@ -215,6 +260,7 @@ func (m *Metrics) recordZeros() {
 	m.sessionRefused.Add(ctx, 0, m.pubsubOnly)
 	m.trimmedRows.Add(ctx, 0, m.pubsubOnly)
 	m.trimmedBytes.Add(ctx, 0, m.pubsubOnly)
+	m.storeUnstored.Add(ctx, 0, m.pubsubOnly)
 }
 
 // Close unregisters the gauges' callback. Idempotent.
@@ -307,6 +353,27 @@ func (m *Metrics) RetentionTrimmed(rows, bytes uint64) {
 	if m != nil {
 		m.trimmedRows.Add(context.Background(), int64(rows), m.pubsubOnly)
 		m.trimmedBytes.Add(context.Background(), int64(bytes), m.pubsubOnly)
+	}
+}
+
+// StoreFailing sets the echopubsub.store.failing gauge. Safe on a nil
+// Metrics.
+func (m *Metrics) StoreFailing(failing bool) {
+	if m == nil {
+		return
+	}
+	v := int64(0)
+	if failing {
+		v = 1
+	}
+	m.storeFailing.Store(v)
+}
+
+// StoreUnstored counts n durable rows a failing store could not write.
+// Safe on a nil Metrics.
+func (m *Metrics) StoreUnstored(n int) {
+	if m != nil && n > 0 {
+		m.storeUnstored.Add(context.Background(), int64(n), m.pubsubOnly)
 	}
 }
 

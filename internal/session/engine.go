@@ -198,6 +198,9 @@ type Session struct {
 	ackMark  uint64              // acks when the clock started: one since restarts it
 	handoff  bool                // the owner reports what it handed on (Handed)
 	handed   uint64              // the highest delivery id reported handed on
+	// roomWanted: a catch-up row was NoRoom (Catch): Room once acks make
+	// room, as for a held delivery, but with no stall timer.
+	roomWanted bool
 }
 
 // ID is the session's id.
@@ -491,7 +494,7 @@ func (e *Engine) closeLocked(s *Session, reason messages.SessionCloseReason, det
 		return nil
 	}
 	s.open = false
-	if s.waiting {
+	if s.waiting || s.roomWanted {
 		e.endWait(s)
 	}
 	released := len(s.res)

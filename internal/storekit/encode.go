@@ -3,7 +3,9 @@ package storekit
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/echopubsub/echopubsub"
@@ -12,19 +14,30 @@ import (
 // The record encoding's versions (its first byte), shared by the embedded
 // stores: store/bolt's values, store/seglog's rows.
 const (
-	// RecordFormat is what AppendRecord writes.
-	RecordFormat = 2
-	// RecordFormatV1 had no append time; ParseRecord still reads it (the
-	// zero Time).
+	// RecordFormat is what AppendRecord writes: format 2 with a checksum.
+	RecordFormat = 3
+	// RecordFormatV2 had no checksum; RecordFormatV1 no append time either
+	// (the zero Time). ParseRecord still reads both: a store that holds
+	// rows written before checksums says which it accepts (ParseChecked
+	// accepts none).
+	RecordFormatV2 = 2
 	RecordFormatV1 = 1
 )
+
+// ErrChecksum: a record's bytes are not what was written (its CRC-32C
+// does not match): damage on the disk, never served as a row.
+var ErrChecksum = errors.New("record checksum mismatch: the bytes on disk are damaged")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // AppendRecord appends r's encoding to b (everything but Stream and
 // Cursor, which the store keeps beside it): format byte, kind byte, the
 // append time (8 bytes big-endian, Unix nanoseconds; 0: none), then
-// uvarint-length-prefixed origin, payload type, payload and reason, and
-// uvarint missed.
+// uvarint-length-prefixed origin, payload type, payload and reason,
+// uvarint missed, and the CRC-32C (Castagnoli) of all of it before, 4
+// bytes big-endian.
 func AppendRecord(b []byte, r *echopubsub.Record) []byte {
+	start := len(b)
 	b = append(b, RecordFormat, byte(r.Kind))
 	var nanos uint64
 	if !r.Time.IsZero() {
@@ -35,12 +48,13 @@ func AppendRecord(b []byte, r *echopubsub.Record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
-	return binary.AppendUvarint(b, r.Missed)
+	b = binary.AppendUvarint(b, r.Missed)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
 // RecordSize is an upper bound of what AppendRecord appends for r.
 func RecordSize(r *echopubsub.Record) int {
-	return 10 + 5*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason)
+	return 14 + 5*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason)
 }
 
 // Parsed is an encoded record's parts, pointing into the encoding.
@@ -51,12 +65,40 @@ type Parsed struct {
 	Missed uint64
 }
 
-// ParseRecord splits what AppendRecord (or format 1) wrote. It never
-// panics: a malformed b is an error.
+// ParseChecked splits what AppendRecord wrote, after checking its
+// checksum (ErrChecksum); a record of an earlier format, with no
+// checksum, is an error too: for a store whose every row has one, such a
+// first byte is damage. It never panics.
+func ParseChecked(b []byte) (Parsed, error) {
+	if len(b) < 1 || b[0] != RecordFormat {
+		return Parsed{}, fmt.Errorf("%w (format byte %d, want %d)", ErrChecksum, firstByte(b), RecordFormat)
+	}
+	return ParseRecord(b)
+}
+
+func firstByte(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	return int(b[0])
+}
+
+// ParseRecord splits what AppendRecord (or format 1 or 2) wrote,
+// checking the checksum of format 3 (ErrChecksum). It never panics: a
+// malformed b is an error.
 func ParseRecord(b []byte) (Parsed, error) {
 	var p Parsed
-	if len(b) < 2 || (b[0] != RecordFormat && b[0] != RecordFormatV1) {
+	if len(b) < 2 || b[0] < RecordFormatV1 || b[0] > RecordFormat {
 		return p, fmt.Errorf("record of unknown format")
+	}
+	if b[0] == RecordFormat {
+		if len(b) < 6 {
+			return p, fmt.Errorf("truncated record")
+		}
+		sum := binary.BigEndian.Uint32(b[len(b)-4:])
+		if b = b[:len(b)-4]; crc32.Checksum(b, castagnoli) != sum {
+			return p, ErrChecksum
+		}
 	}
 	p.Kind = echopubsub.RecordKind(b[1])
 	if b[0] == RecordFormatV1 {
@@ -79,17 +121,23 @@ func ParseRecord(b []byte) (Parsed, error) {
 		b = b[k+int(n):]
 	}
 	missed, k := binary.Uvarint(b)
-	if k <= 0 {
+	if k <= 0 || k != len(b) {
 		return p, fmt.Errorf("truncated record")
 	}
 	p.Missed = missed
 	return p, nil
 }
 
-// DecodeRecord decodes what AppendRecord wrote; the payload is copied (b
-// may be the storage's memory, valid only in its transaction).
-func DecodeRecord(b []byte) (echopubsub.Record, error) {
-	p, err := ParseRecord(b)
+// DecodeRecord decodes what AppendRecord wrote (ParseRecord), or with
+// checked what AppendRecord of this format wrote only (ParseChecked); the
+// payload is copied (b may be the storage's memory, valid only in its
+// transaction).
+func DecodeRecord(b []byte, checked bool) (echopubsub.Record, error) {
+	parse := ParseRecord
+	if checked {
+		parse = ParseChecked
+	}
+	p, err := parse(b)
 	if err != nil {
 		return echopubsub.Record{}, err
 	}

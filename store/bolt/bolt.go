@@ -1,5 +1,7 @@
-// Package bolt is the embedded echopubsub.Store, the default: one bbolt
-// file per node, fsynced per commit, concurrent appends group-committed.
+// Package bolt is an embedded echopubsub.Store in one bbolt file per node,
+// fsynced per commit, concurrent appends group-committed; it opens in
+// constant time (the embedded default, store/seglog, reads its segments at
+// open and keeps an index in memory).
 // A node-local store: each node appends what it receives and marks what
 // it missed with gap rows (see "Durable streams" in package echopubsub).
 //
@@ -33,7 +35,9 @@ import (
 //
 // Layout: bucket "streams" holds one bucket per stream, whose keys are the
 // 8-byte big-endian cursors (bbolt's bucket sequence, which a rolled-back
-// transaction does not advance) and whose values are encoded records.
+// transaction does not advance) and whose values are encoded records,
+// each with a CRC-32C that Read checks: a row damaged on the disk is an
+// error naming the file, the stream and the cursor, never served.
 // Bucket "producers" holds the producer positions (LocalStore), apart from
 // the rows: retention (Trim) deletes rows only, and keeps each stream's
 // bucket, whose sequence is the stream's end, so that no cursor is handed
@@ -59,12 +63,20 @@ var (
 	bucketProducers = []byte("producers")
 )
 
-// The record encoding (storekit.AppendRecord) is bolt's format 2; format
-// 1, without the append time, is still read.
+// The record encoding (storekit.AppendRecord) is bolt's format 3: format
+// 2 (format 1 and the append time) with a CRC-32C that Read checks, so
+// that a damaged row is an error naming its stream and cursor, never
+// served. Key "format" of bucket "meta" says that every row of the file
+// is format 3; a file without it (written before checksums) is rewritten
+// at Open, a chunk of rows per transaction, each row checked to decode,
+// then marked (see upgrade).
 const (
 	boltFormat   = storekit.RecordFormat
+	boltFormatV2 = storekit.RecordFormatV2
 	boltFormatV1 = storekit.RecordFormatV1
 )
+
+var keyFormat = []byte("format")
 
 // Open opens (or creates) the embedded store at path. It waits at
 // most 5 s for another process's lock on the file.
@@ -83,11 +95,21 @@ func Open(path string) (*Store, error) {
 		if _, err := tx.CreateBucketIfNotExists(bucketProducers); err != nil {
 			return err
 		}
-		_, err := tx.CreateBucketIfNotExists(bucketMeta)
-		return err
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil || meta.Get(keyFormat) != nil {
+			return err
+		}
+		if k, _ := tx.Bucket(bucketStreams).Cursor().First(); k == nil { // a new file: every row will be format 3
+			return meta.Put(keyFormat, []byte{boltFormat})
+		}
+		return nil
 	}); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("echopubsub: init bolt store %q: %w", path, err)
+	}
+	if err := upgrade(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("echopubsub: upgrade bolt store %q to checksummed rows: %w", path, err)
 	}
 	s := &Store{db: db}
 	s.commits = storekit.NewGroupCommit(s.commit)
@@ -253,9 +275,9 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 		next = end + 1
 		c := b.Cursor()
 		for k, v := c.Seek(cursorKey(from)); k != nil && len(out) < limit; k, v = c.Next() {
-			r, err := storekit.DecodeRecord(v)
+			r, err := storekit.DecodeRecord(v, true)
 			if err != nil {
-				return fmt.Errorf("stream %q cursor %d: %w", stream, binary.BigEndian.Uint64(k), err)
+				return fmt.Errorf("%s: stream %q cursor %d (key %x): %w", s.db.Path(), stream, binary.BigEndian.Uint64(k), k, err)
 			}
 			r.Stream, r.Cursor = stream, binary.BigEndian.Uint64(k)
 			out = append(out, r)

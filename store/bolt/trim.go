@@ -88,7 +88,7 @@ func (s *Store) cuts(r echopubsub.Retention, now time.Time) ([]streamCut, error)
 						k, v = c.Last()
 					}
 					for ; k != nil; k, v = step(c, down) {
-						p, err := storekit.ParseRecord(v)
+						p, err := storekit.ParseChecked(v)
 						if err != nil {
 							walkErr = fmt.Errorf("stream %q cursor %d: %w", name, binary.BigEndian.Uint64(k), err)
 							return
@@ -146,7 +146,7 @@ func (t *trimChunk) run(tx *bbolt.Tx) error {
 	var keys [][]byte
 	c := b.Cursor()
 	for k, v := c.First(); k != nil && len(keys) < storekit.TrimChunk && binary.BigEndian.Uint64(k) <= t.upTo; k, v = c.Next() {
-		p, err := storekit.ParseRecord(v)
+		p, err := storekit.ParseChecked(v)
 		if err != nil {
 			return fmt.Errorf("stream %q cursor %d: %w", t.stream, binary.BigEndian.Uint64(k), err)
 		}

@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/store/seglog"
 	"github.com/echopubsub/echopubsub/store/storetest"
+	"github.com/echopubsub/echopubsub/test"
 )
 
 func openStore(path string) (echopubsub.Store, error) { return seglog.Open(path) }
@@ -49,7 +52,7 @@ func rec(stream string, i int) echopubsub.Record {
 
 func mustOpen(t *testing.T, dir string, opts ...seglog.Option) *seglog.Store {
 	t.Helper()
-	s, err := seglog.Open(dir, opts...)
+	s, err := seglog.Open(dir, append([]seglog.Option{seglog.WithLogger(test.Logger(t, zerolog.WarnLevel))}, opts...)...)
 	if err != nil {
 		t.Fatalf("open %s: %v", dir, err)
 	}

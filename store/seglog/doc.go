@@ -10,8 +10,9 @@
 //	// after ps.Stop: store.Close()
 //
 // A node-local store (Shared false) with gap rows and producer positions,
-// exactly as store/bolt: it passes store/storetest's suite and the same
-// kill -9 test.
+// exactly as store/bolt: it passes store/storetest's suite, the same
+// kill -9 test, and storetest.PowerLoss through hundreds of crash points
+// on a file layer that drops what no fdatasync covered.
 //
 // # Why
 //
@@ -26,21 +27,52 @@
 // # Format and recovery
 //
 // Every Append, AppendAt or MarkGap call is one frame (see frame.go):
-// length, CRC-32C, then its rows (stream, cursor, record) and the producer
-// position, so that it is all or nothing after a torn write. Concurrent
-// calls share a commit (internal/storekit.GroupCommit): their frames go
+// length, CRC-32C, then its rows (stream, cursor, record with its own
+// CRC-32C) and the producer position, so that it is all or nothing
+// after a torn write. Concurrent calls share a commit (internal/storekit.GroupCommit): their frames go
 // in one write and one fdatasync; rows become visible to Read only after
 // it, in cursor order. A commit that only records positions is not
 // fdatasynced (core.LocalStore allows it); the next commit's fdatasync
 // covers it.
 //
 // Open replays every segment: each frame must read back whole and each
-// row be its stream's next cursor. At the tail of the last segment, the
-// first frame that is not whole and what follows is cut off (a commit
-// the crash cut short: never acknowledged). Anything else is an error
-// naming the file and the offset: Open never guesses past corruption.
-// A new segment starts once the active one reaches WithSegmentSize; its
-// header and directory entry are fsynced before a frame goes to it.
+// row be its stream's next cursor. What a crash leaves is cut off: at
+// the tail of the last segment, the first frame that is not whole and
+// what follows, when nothing after it was written once an fdatasync had
+// covered it (each frame records how much of its segment was fdatasynced
+// when it was written). Only unacknowledged commits are there: the cut
+// is logged (WithLogger; by default to stderr, never to nothing) and
+// counted (echopubsub.store.recovery_cut, cause "torn_tail";
+// WithMeterProvider). A new segment starts once the active one reaches
+// WithSegmentSize; the one it seals is fdatasynced first, and the new
+// one's header and directory entry are fsynced before a frame goes to it.
+//
+// # Damage
+//
+// Anything else that does not read back is damage a crash cannot leave:
+// a bad frame with a frame after it that was written once the bad one's
+// bytes had been fdatasynced, any bad frame in a sealed segment, a frame
+// whose checksum holds but whose rows do not fit. Open then fails with
+// ErrDamaged, naming the file and the offset, and changes nothing: Open
+// never guesses past corruption, nor drops acknowledged rows and hands
+// their cursors out again. WithRepair(true) repairs it instead: the log
+// is kept up to the damage; what follows (the rest of that segment, the
+// segments after it) is moved to .cut files beside them; and, per
+// stream, every cursor that may have been handed out past the damage is
+// appended again: the row itself when a whole frame after the damage
+// still holds it, else a gap row (Missed 1, a reason naming the file and
+// the offset), which a reader is told as a *StreamGap. Where bytes read
+// back as no frame at all, each stream not seen after them gets as many
+// gap rows as those bytes could have held of its rows (Missed 0:
+// unknown), so that no cursor is handed out for a second row. A stream
+// whose every row was in those bytes is unknown to the repaired log (its
+// name is lost with them). The repair is logged and counted
+// (echopubsub.store.recovery_cut, cause "repair").
+//
+// Damage that hits only the last commit's bytes cannot be told from a
+// torn write: it is cut off as one. A frame of version 1 (before frames
+// recorded what was fdatasynced) or a trim's snapshot after a bad frame
+// counts as a frame written after it reached the disk.
 //
 // # Costs and limits
 //
@@ -74,7 +106,10 @@
 //
 // Read
 // fetches rows with pread (adjacent rows of a stream in one call), from
-// the page cache when warm. Two processes cannot open one directory
+// the page cache when warm, and checks each row's CRC-32C (its record's,
+// storekit format 3; a row of a version 1 frame, written before records
+// had one, against its whole frame's): a row whose bytes changed on the
+// disk is an error naming the file and the offset, never served. Two processes cannot open one directory
 // (flock on its LOCK file, unix only). A failed fdatasync leaves what is
 // on disk unknown: the store then refuses every append until reopened.
 //

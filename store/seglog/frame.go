@@ -13,12 +13,14 @@ import (
 //
 //	u32 LE  body length (> 0)
 //	u32 LE  CRC-32C of the body
-//	body:   frameVersion
+//	body:   frameVersion (3)
+//	        uvarint synced: the segment's length covered by the last
+//	            fdatasync that had returned when the frame was written
 //	        uvarint row count, then each row:
 //	            uvarint len, stream; uvarint cursor; uvarint len, record
-//	            (storekit.AppendRecord: store/bolt's format 2: kind,
+//	            (storekit.AppendRecord: store/bolt's format 3: kind,
 //	            append time, origin, payload type, payload, reason,
-//	            missed)
+//	            missed, and the record's own CRC-32C, which Read checks)
 //	        one byte 0 (no position) or 1, then the position:
 //	            uvarint len, node; uvarint group, incarnation, next;
 //	            one byte retired
@@ -26,6 +28,14 @@ import (
 // The cursor of each row is written (not derived on open from the rows
 // before it), so that a reader can check that every stream goes on with
 // no hole, and so that a trim can drop whole segments from the front.
+//
+// synced tells a replay what a crash cannot have torn: bytes below it were
+// on disk before the frame was written, so a frame there that does not
+// read back, with this frame whole after it, is damage (recover.go).
+//
+// Frames of version 1 (before checksummed records and synced) are still
+// read: their rows are format 2 records with no checksum of their own,
+// so Read checks the whole frame's (a locFrame index entry).
 //
 // A trim writes a snapshot frame (its body's first byte snapshotVersion)
 // before it removes a segment: what a replay that starts after the
@@ -40,7 +50,8 @@ import (
 const (
 	segMagic        = "EPSLOG\x00\x01"
 	frameHeader     = 8
-	frameVersion    = 1
+	frameVersion    = 3
+	frameVersionV1  = 1
 	snapshotVersion = 2
 	// maxFrame bounds one frame's body (one call's rows), so that an
 	// offset within a segment fits 32 bits.
@@ -58,9 +69,11 @@ type frameRow struct {
 }
 
 type frame struct {
-	rows []frameRow
-	pos  *core.ProducerPosition
-	snap *snapshot // a snapshot frame (no rows, no pos)
+	version byte
+	synced  uint64 // version 3: see the format above
+	rows    []frameRow
+	pos     *core.ProducerPosition
+	snap    *snapshot // a snapshot frame (no rows, no pos)
 }
 
 // snapshot is what a snapshot frame records: each trimmed stream's
@@ -101,8 +114,10 @@ func frameAt(b []byte) (body []byte, n int, err error) {
 func decodeFrame(body []byte) (frame, error) {
 	d := decoder{b: body}
 	var f frame
-	switch d.byte() {
+	switch f.version = d.byte(); f.version {
 	case frameVersion:
+		f.synced = d.uvarint()
+	case frameVersionV1:
 	case snapshotVersion:
 		return decodeSnapshot(&d)
 	default:
@@ -219,10 +234,11 @@ type frameWriter struct {
 	start int // the open frame's first byte
 }
 
-func (w *frameWriter) begin(rows int) {
+func (w *frameWriter) begin(rows int, synced int64) {
 	w.start = len(w.buf)
 	w.buf = append(w.buf, make([]byte, frameHeader)...)
 	w.buf = append(w.buf, frameVersion)
+	w.buf = binary.AppendUvarint(w.buf, uint64(synced))
 	w.buf = binary.AppendUvarint(w.buf, uint64(rows))
 }
 

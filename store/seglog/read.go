@@ -47,7 +47,7 @@ func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, 
 		return nil, 0, echopubsub.ErrStoreClosed
 	}
 	var locs []loc
-	var files []*os.File
+	var files []segFile
 	st := s.streams[name]
 	if st != nil && from < st.first {
 		from = st.first
@@ -63,7 +63,7 @@ func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, 
 	if st != nil && from <= end {
 		i := from - st.first
 		locs = append(locs, st.rows[i:i+min(uint64(limit), end-from+1)]...)
-		files = make([]*os.File, len(locs))
+		files = make([]segFile, len(locs))
 		for j, l := range locs {
 			if files[j] = s.segs[l.seg]; files[j] == nil { // never: a segment goes once no row in the index is in it
 				s.mu.RUnlock()
@@ -76,7 +76,7 @@ func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, 
 	for i := 0; i < len(locs); {
 		j := i + 1 // rows i..j-1: one pread
 		for j < len(locs) && locs[j].seg == locs[i].seg && locs[j].off > locs[j-1].off &&
-			locs[j].off+locs[j].n-locs[i].off <= maxSpan {
+			(locs[i].n|locs[j].n)&locFrame == 0 && locs[j].off+locs[j].n-locs[i].off <= maxSpan {
 			j++
 		}
 		if out, err = readSpan(out, files[i], locs[i:j], name, from+uint64(i)); err != nil {
@@ -95,9 +95,18 @@ func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, 
 	return out, from + uint64(len(out)), nil
 }
 
+// locFrame flags a loc's n: off and n are its whole frame's, a version 1
+// frame, whose rows have no checksum of their own: Read checks the
+// frame's (readFrameRow).
+const locFrame = 1 << 31
+
 // readSpan reads rows locs (of one segment, in file order) with one pread
-// and appends them, cursors from cursor on.
-func readSpan(out []echopubsub.Record, f *os.File, locs []loc, name string, cursor uint64) ([]echopubsub.Record, error) {
+// and appends them, cursors from cursor on, each checked against its
+// checksum: a damaged one is an error naming the file and the offset.
+func readSpan(out []echopubsub.Record, f segFile, locs []loc, name string, cursor uint64) ([]echopubsub.Record, error) {
+	if locs[0].n&locFrame != 0 {
+		return readFrameRow(out, f, locs[0], name, cursor)
+	}
 	base := locs[0].off
 	last := locs[len(locs)-1]
 	buf := make([]byte, last.off+last.n-base)
@@ -108,7 +117,7 @@ func readSpan(out []echopubsub.Record, f *os.File, locs []loc, name string, curs
 		return nil, fmt.Errorf("echopubsub: seglog read %s offset %d: %w", f.Name(), base, err)
 	}
 	for k, l := range locs {
-		r, err := storekit.DecodeRecord(buf[l.off-base : l.off-base+l.n])
+		r, err := storekit.DecodeRecord(buf[l.off-base:l.off-base+l.n], true)
 		if err != nil {
 			return nil, fmt.Errorf("echopubsub: seglog read %s offset %d (stream %q cursor %d): %w", f.Name(), l.off, name, cursor+uint64(k), err)
 		}
@@ -116,6 +125,40 @@ func readSpan(out []echopubsub.Record, f *os.File, locs []loc, name string, curs
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// readFrameRow reads the row (name, cursor) of the version 1 frame at l
+// and appends it, once the frame's checksum held.
+func readFrameRow(out []echopubsub.Record, f segFile, l loc, name string, cursor uint64) ([]echopubsub.Record, error) {
+	buf := make([]byte, l.n&^locFrame)
+	if _, err := f.ReadAt(buf, int64(l.off)); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return nil, echopubsub.ErrStoreClosed
+		}
+		return nil, fmt.Errorf("echopubsub: seglog read %s offset %d: %w", f.Name(), l.off, err)
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("echopubsub: seglog read %s offset %d (stream %q cursor %d): %w", f.Name(), l.off, name, cursor, err)
+	}
+	body, _, err := frameAt(buf)
+	if err != nil {
+		return nil, fail(fmt.Errorf("%w: the frame's checksum does not match", storekit.ErrChecksum))
+	}
+	fr, err := decodeFrame(body)
+	if err != nil {
+		return nil, fail(err)
+	}
+	for _, r := range fr.rows {
+		if r.stream == name && r.cursor == cursor {
+			rec, err := storekit.DecodeRecord(body[r.recOff:r.recOff+r.recLen], false)
+			if err != nil {
+				return nil, fail(err)
+			}
+			rec.Stream, rec.Cursor = name, cursor
+			return append(out, rec), nil
+		}
+	}
+	return nil, fail(errors.New("the frame holds no such row"))
 }
 
 // Close waits for queued appends to commit, stops the committer and

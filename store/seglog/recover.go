@@ -1,6 +1,7 @@
 package seglog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,26 +10,29 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
 func segName(id uint32) string { return fmt.Sprintf("%08d.seg", id) }
 
 // segments lists the segment ids in dir, in order.
-func segments(dir string) ([]uint32, error) {
-	ents, err := os.ReadDir(dir)
+func segments(fs fileSys, dir string) ([]uint32, error) {
+	names, err := fs.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	var ids []uint32
-	for _, e := range ents {
-		n, ok := strings.CutSuffix(e.Name(), ".seg")
-		if !ok || e.IsDir() {
+	for _, name := range names {
+		n, ok := strings.CutSuffix(name, ".seg")
+		if !ok {
 			continue
 		}
 		id, err := strconv.ParseUint(n, 10, 32)
-		if err != nil || id == 0 || segName(uint32(id)) != e.Name() {
-			return nil, fmt.Errorf("%s: not a segment name (00000001.seg, ...)", filepath.Join(dir, e.Name()))
+		if err != nil || id == 0 || segName(uint32(id)) != name {
+			return nil, fmt.Errorf("%s: not a segment name (00000001.seg, ...)", filepath.Join(dir, name))
 		}
 		ids = append(ids, uint32(id))
 	}
@@ -53,7 +57,7 @@ func segments(dir string) ([]uint32, error) {
 // A snapshot must also agree with the rows before it on each stream's
 // end.
 func (s *Store) recover() error {
-	ids, err := segments(s.dir)
+	ids, err := segments(s.fs, s.dir)
 	if err != nil {
 		return err
 	}
@@ -66,7 +70,14 @@ func (s *Store) recover() error {
 			s.firstSeg = id
 		}
 		if err := s.replay(id, i == len(ids)-1); err != nil {
-			return err
+			var d *damage
+			if !errors.As(err, &d) {
+				return err
+			}
+			if err := s.repairAt(d, ids[i+1:]); err != nil {
+				return fmt.Errorf("%v: repair failed: %w", d.err, err)
+			}
+			break
 		}
 	}
 	for _, name := range sortedNames(s.streams) {
@@ -94,19 +105,20 @@ func sortedNames[V any](m map[string]V) []string {
 }
 
 // replay reads segment id into the index; the last one becomes the
-// active segment.
+// active segment. A frame that does not read back is a torn tail
+// (cutTail) or damage (damaged).
 func (s *Store) replay(id uint32, last bool) error {
 	path := filepath.Join(s.dir, segName(id))
 	flag := os.O_RDONLY
 	if last {
 		flag = os.O_RDWR
 	}
-	f, err := os.OpenFile(path, flag, 0)
+	f, err := s.fs.OpenFile(path, flag)
 	if err != nil {
 		return err
 	}
 	s.segs[id] = f
-	b, err := os.ReadFile(path)
+	b, err := readAll(f)
 	if err != nil {
 		return err
 	}
@@ -123,51 +135,146 @@ func (s *Store) replay(id uint32, last bool) error {
 	off := len(segMagic)
 	for off < len(b) {
 		body, n, err := frameAt(b[off:])
-		if errors.Is(err, errTorn) && last {
-			return s.cutTail(f, off, len(b))
+		if err == nil {
+			err = s.apply(id, off+frameHeader, body)
 		}
 		if err != nil {
-			return fmt.Errorf("%s offset %d: %w (not the last segment: not a torn tail)", path, off, err)
-		}
-		if err := s.apply(id, off+frameHeader, body); err != nil {
-			return fmt.Errorf("%s offset %d: %w", path, off, err)
+			return s.damaged(id, f, b, off, last, err)
 		}
 		off += n
 	}
 	if last {
 		s.active, s.activeID, s.size = f, id, int64(max(off, len(segMagic)))
+		// What was read back is on disk before a frame says so (synced).
+		if err := f.Datasync(); err != nil {
+			return err
+		}
+		s.synced = s.size
 	}
 	return nil
 }
 
-// apply indexes one frame (its body at offset bodyOff of segment id).
+// laterFrame is a whole frame found after a bad one.
+type laterFrame struct {
+	off int
+	fr  frame
+	raw []byte // its body
+}
+
+// framesAfter is every whole frame in b past off: each frame that reads
+// back (length, checksum, decoding), then the one after it, and past a
+// bad one the next offset where one starts.
+func framesAfter(b []byte, off int) []laterFrame {
+	var out []laterFrame
+	for p := off + 1; p+frameHeader <= len(b); {
+		body, n, err := frameAt(b[p:])
+		if err == nil {
+			if fr, derr := decodeFrame(body); derr == nil {
+				out = append(out, laterFrame{off: p, fr: fr, raw: body})
+				p += n
+				continue
+			}
+		}
+		p++
+	}
+	return out
+}
+
+// tornAt reports whether a bad frame at off, with later after it, may be
+// what a crash left: the last commits' bytes, written after the last
+// fdatasync that returned. It is not when a whole frame after it was
+// written once an fdatasync had covered off (its synced): those bytes had
+// reached the disk. A frame that does not record synced (version 1, a
+// snapshot) after a bad one is taken as damage.
+func tornAt(later []laterFrame, off int) bool {
+	for _, l := range later {
+		if l.fr.version != frameVersion || l.fr.synced > uint64(off) {
+			return false
+		}
+	}
+	return true
+}
+
+// damaged handles a frame of segment id at off that does not read back
+// (cause): a torn tail when a crash may have left it (the last segment,
+// tornAt), else an error naming the file and the offset (ErrDamaged),
+// or, with WithRepair, a repair.
+func (s *Store) damaged(id uint32, f segFile, b []byte, off int, last bool, cause error) error {
+	later := framesAfter(b, off)
+	if last && tornAt(later, off) && !errors.Is(cause, errApply) {
+		return s.cutTail(f, off, len(b), len(later))
+	}
+	why := "not the last segment: not a torn tail"
+	switch {
+	case errors.Is(cause, errApply):
+		why = "its checksum holds: not a torn tail"
+	case last:
+		why = fmt.Sprintf("%d whole frames follow it (from offset %d), written after it had reached the disk: not a torn tail", len(later), later[0].off)
+	}
+	err := fmt.Errorf("%w: %s offset %d: %v (%s)", ErrDamaged, f.Name(), off, cause, why)
+	if !s.repair {
+		return fmt.Errorf("%w; nothing was changed: open with seglog.WithRepair(true) to keep the log up to it and tell readers what is lost", err)
+	}
+	return &damage{id: id, f: f, b: b, off: off, err: err}
+}
+
+// ErrDamaged: Open found bytes in the log that a crash cannot have left
+// (see the package doc, "Damage"); the error names the file and the
+// offset. Open with WithRepair to repair it.
+var ErrDamaged = errors.New("seglog: damaged log")
+
+// errApply: a frame whose checksum holds does not fit the index (an
+// unknown version, a cursor out of order).
+var errApply = errors.New("frame does not fit the log")
+
+// apply indexes one frame (its body at offset bodyOff of segment id), all
+// or nothing.
 func (s *Store) apply(id uint32, bodyOff int, body []byte) error {
 	fr, err := decodeFrame(body)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errApply, err)
 	}
 	if fr.snap != nil {
+		if err := s.applySnapshot(fr.snap); err != nil {
+			return fmt.Errorf("%w: %v", errApply, err)
+		}
 		s.snapSeg = id
-		return s.applySnapshot(fr.snap)
+		return nil
 	}
-	for _, r := range fr.rows {
-		st := s.streams[r.stream]
-		want := uint64(1)
-		if st != nil {
+	locs := make([]loc, len(fr.rows))
+	next := map[string]uint64{}
+	for i, r := range fr.rows {
+		want, ok := next[r.stream]
+		if st := s.streams[r.stream]; !ok && st != nil {
 			want = st.end() + 1
-		} else if s.firstSeg > 1 { // its first rows may have been trimmed: checked at the end
-			want = r.cursor
+		} else if !ok {
+			want = 1
+			if s.firstSeg > 1 { // its first rows may have been trimmed: checked at the end
+				want = r.cursor
+			}
 		}
 		if r.cursor != want {
-			return fmt.Errorf("stream %q: cursor %d where %d comes next", r.stream, r.cursor, want)
+			return fmt.Errorf("%w: stream %q: cursor %d where %d comes next", errApply, r.stream, r.cursor, want)
 		}
-		p, err := storekit.ParseRecord(body[r.recOff : r.recOff+r.recLen])
+		next[r.stream] = want + 1
+		rec := body[r.recOff : r.recOff+r.recLen]
+		var p storekit.Parsed
+		if fr.version == frameVersion {
+			p, err = storekit.ParseChecked(rec)
+		} else {
+			p, err = storekit.ParseRecord(rec)
+		}
 		if err != nil {
-			return fmt.Errorf("stream %q cursor %d: %w", r.stream, r.cursor, err)
+			return fmt.Errorf("%w: stream %q cursor %d: %v", errApply, r.stream, r.cursor, err)
 		}
-		st = s.index(r.stream, r.cursor)
-		st.rows = append(st.rows, loc{seg: id, off: uint32(bodyOff + r.recOff), n: uint32(r.recLen),
-			bytes: uint32(len(p.Fields[2])), at: unixNano(p.Time)})
+		locs[i] = loc{seg: id, off: uint32(bodyOff + r.recOff), n: uint32(r.recLen), bytes: uint32(len(p.Fields[2])), at: unixNano(p.Time)}
+		if fr.version != frameVersion { // Read checks the frame's checksum (readFrameRow)
+			locs[i].off, locs[i].n = uint32(bodyOff-frameHeader), uint32(frameHeader+len(body))|locFrame
+		}
+	}
+	for i, r := range fr.rows {
+		st := s.index(r.stream, r.cursor)
+		st.rows = append(st.rows, locs[i])
 		s.live[id]++
 	}
 	if fr.pos != nil {
@@ -200,17 +307,20 @@ func (s *Store) applySnapshot(sn *snapshot) error {
 }
 
 // cutTail truncates the last segment at off, the first frame that is not
-// whole, and fsyncs it.
-func (s *Store) cutTail(f *os.File, off, size int) error {
-	s.log.Warn().Str("file", f.Name()).Int("offset", off).Int("bytes", size-off).
-		Msg("seglog: cutting off a torn tail (a commit the crash cut short, never acknowledged)")
+// whole (frames whole frames after it among what is cut), and fsyncs it;
+// logged and counted (echopubsub.store.recovery_cut).
+func (s *Store) cutTail(f segFile, off, size, frames int) error {
+	s.log.Warn().Str("file", f.Name()).Int("offset", off).Int("bytes", size-off).Int("whole_frames_after", frames).
+		Msg("seglog: cutting off a torn tail (the last commits, not on disk whole when the machine stopped: never acknowledged)")
+	s.tailCut.Add(context.Background(), int64(size-off), metric.WithAttributes(attribute.String("cause", "torn_tail")))
+	s.report.tornFile, s.report.tornOffset, s.report.tornBytes = f.Name(), off, size-off
 	if err := f.Truncate(int64(off)); err != nil {
 		return err
 	}
-	if err := storekit.Fdatasync(f); err != nil {
+	if err := f.Datasync(); err != nil {
 		return err
 	}
-	s.active, s.size = f, int64(off)
+	s.active, s.size, s.synced = f, int64(off), int64(off)
 	for id, g := range s.segs {
 		if g == f {
 			s.activeID = id
@@ -221,38 +331,49 @@ func (s *Store) cutTail(f *os.File, off, size int) error {
 
 // resetSegment writes f's header anew (a segment whose creation a crash
 // cut short).
-func (s *Store) resetSegment(f *os.File) error {
+func (s *Store) resetSegment(f segFile) error {
 	if err := f.Truncate(0); err != nil {
 		return err
 	}
 	if _, err := f.WriteAt([]byte(segMagic), 0); err != nil {
 		return err
 	}
-	return storekit.Fdatasync(f)
+	return f.Datasync()
 }
 
 // rotate starts the next segment: created with its header, fsynced, and
 // its directory entry fsynced, before a frame goes to it.
+//
+// The segment it seals is fdatasynced first when frames were written to
+// it since its last fdatasync (positions alone are not synced by their
+// commit): a sealed segment must read back whole (recover).
 func (s *Store) rotate() error {
+	if s.active != nil && s.synced < s.size {
+		if err := s.active.Datasync(); err != nil {
+			s.broken = fmt.Errorf("%w: what is on disk is unknown (reopen the store)", err)
+			return s.broken
+		}
+		s.synced = s.size
+	}
 	id := s.activeID + 1
 	path := filepath.Join(s.dir, segName(id))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL)
 	if err != nil {
 		return err
 	}
 	if err := s.resetSegment(f); err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = s.fs.Remove(path)
 		return err
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = s.fs.Remove(path)
 		return err
 	}
 	s.mu.Lock()
 	s.segs[id] = f
 	s.mu.Unlock()
-	s.active, s.activeID, s.size = f, id, int64(len(segMagic))
+	s.active, s.activeID, s.size, s.synced = f, id, int64(len(segMagic)), int64(len(segMagic))
 	return nil
 }

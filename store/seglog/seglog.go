@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -23,14 +25,19 @@ type Store struct {
 	dir     string
 	log     zerolog.Logger
 	segSize int64
+	fs      fileSys
 	lock    *os.File
 	commits *storekit.GroupCommit[*item]
+	repair  bool       // WithRepair
+	report  openReport // what Open found and did
+	tailCut metric.Int64Counter
 
 	// The committer's alone (the GroupCommit goroutine; Open's before it
 	// starts): no lock.
-	active   *os.File // the segment frames are appended to (also in segs)
+	active   segFile // the segment frames are appended to (also in segs)
 	activeID uint32
 	size     int64 // active's length: where the next frame goes
+	synced   int64 // active's length covered by the last fdatasync that returned
 	broken   error // a failed fsync or unrepaired write: every later commit fails
 	w        frameWriter
 	rec      []byte // one record's encoding, reused
@@ -45,9 +52,16 @@ type Store struct {
 	// (under the write lock) only after the frames are on disk.
 	mu        sync.RWMutex
 	closed    bool
-	segs      map[uint32]*os.File
+	segs      map[uint32]segFile
 	streams   map[string]*stream
 	positions map[posKey]core.ProducerPosition
+}
+
+// openReport is what Open cut off or repaired (the tests read it).
+type openReport struct {
+	tornFile              string
+	tornOffset, tornBytes int
+	repairs               []string // each repair's damage
 }
 
 // stream is the index of one stream: where each row's record is, in
@@ -61,7 +75,7 @@ func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
 
 // loc is where a row's record (storekit.AppendRecord) is, with what a
 // trim decides on (storekit.Row): its payload's length and append time
-// (UnixNano; 0: none), so that Trim reads no record.
+// (time.Time.UnixNano; 0: none), so that Trim reads no record.
 type loc struct {
 	seg, off, n uint32
 	bytes       uint32
@@ -79,6 +93,9 @@ type Option func(*options)
 type options struct {
 	segSize int64
 	log     zerolog.Logger
+	repair  bool
+	meters  metric.MeterProvider
+	fs      fileSys // the power-loss tests' (crashfs_test.go); nil: the operating system's
 }
 
 // MinSegmentSize is the least WithSegmentSize accepts.
@@ -89,17 +106,37 @@ const MinSegmentSize = 4096
 // commit). Between MinSegmentSize and 1 GiB. Defaults to 64 MiB.
 func WithSegmentSize(n int64) Option { return func(o *options) { o.segSize = n } }
 
-// WithLogger sets the logger of Open's recovery (a torn tail cut off is a
-// warning). Defaults to none.
+// WithLogger sets the logger of Open's recovery and of the store's
+// failures (a torn tail cut off and a repair are warnings): pass the
+// node's (echopubsub.WithLogger's). Defaults to warnings and errors as
+// JSON lines on stderr, never to nothing.
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithMeterProvider sets where Open counts what it cut off and repaired
+// (echopubsub.store.recovery_cut, attribute "cause": "torn_tail" or
+// "repair"): pass the node's (echopubsub.WithMeterProvider's). Defaults
+// to the global provider (otel.GetMeterProvider), as the node's does.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meters = mp } }
+
+// WithRepair lets Open repair damage a crash cannot cause (a frame that
+// does not read back with whole frames after it in the last segment, or
+// anything in an earlier one) instead of failing: it keeps the log up to
+// the damage, moves what follows aside (the .cut files) and appends a gap
+// row for every cursor it could not keep, so that a reader is told
+// (*StreamGap) and no cursor is handed out for a second row (see the
+// package doc, "Damage"). Defaults to false: such damage is an Open
+// error naming the file and the offset, and nothing is changed.
+func WithRepair(repair bool) Option { return func(o *options) { o.repair = repair } }
 
 // Open opens (or creates) the store in directory dir: its segment files
 // (00000001.seg, ...) and LOCK. It replays the segments to rebuild the
-// index, cutting off a torn tail of the last one (a commit the crash cut
-// short, never acknowledged); anything else that does not read back is
-// an error naming the file and the offset.
+// index, cutting off a torn tail of the last one (what the last,
+// unacknowledged commits left when the machine stopped), logged and
+// counted; damage a crash cannot cause is an error naming the file and
+// the offset, or with WithRepair repaired (see the package doc).
 func Open(dir string, opts ...Option) (*Store, error) {
-	o := options{segSize: 64 << 20, log: zerolog.Nop()}
+	o := options{segSize: 64 << 20, log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
+		meters: otel.GetMeterProvider(), fs: osFS{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -108,6 +145,13 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("echopubsub: seglog directory must not be empty")
 	case o.segSize < MinSegmentSize || o.segSize > maxFrame:
 		return nil, fmt.Errorf("echopubsub: seglog segment size must be between %d and %d, got %d", MinSegmentSize, maxFrame, o.segSize)
+	case o.meters == nil:
+		return nil, fmt.Errorf("echopubsub: seglog meter provider must not be nil")
+	}
+	cut, err := o.meters.Meter("github.com/echopubsub/echopubsub/store/seglog").Int64Counter("echopubsub.store.recovery_cut",
+		metric.WithUnit("By"), metric.WithDescription("bytes of the log that Open cut off (torn tail) or moved aside (repair)"))
+	if err != nil {
+		return nil, fmt.Errorf("echopubsub: seglog metrics: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("echopubsub: seglog: %w", err)
@@ -116,8 +160,8 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: seglog: %w", err)
 	}
-	s := &Store{dir: dir, log: o.log, segSize: o.segSize, lock: lock, segs: map[uint32]*os.File{},
-		streams: map[string]*stream{}, positions: map[posKey]core.ProducerPosition{}, live: map[uint32]int{}}
+	s := &Store{dir: dir, log: o.log, segSize: o.segSize, fs: o.fs, lock: lock, repair: o.repair, tailCut: cut,
+		segs: map[uint32]segFile{}, streams: map[string]*stream{}, positions: map[posKey]core.ProducerPosition{}, live: map[uint32]int{}}
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
@@ -279,10 +323,11 @@ func (s *Store) write(sync bool) error {
 		return err
 	}
 	if sync {
-		if err := storekit.Fdatasync(s.active); err != nil {
+		if err := s.active.Datasync(); err != nil {
 			s.broken = fmt.Errorf("%w: what is on disk is unknown (reopen the store)", err)
 			return s.broken
 		}
+		s.synced = s.size + int64(len(s.w.buf))
 	}
 	s.size += int64(len(s.w.buf))
 	return nil
@@ -332,7 +377,7 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 		}
 	}
 	mark := len(rows)
-	s.w.begin(len(recs))
+	s.w.begin(len(recs), s.synced)
 	for i := range recs {
 		r := &recs[i]
 		r.Cursor = s.nextCursor(next, r.Stream)

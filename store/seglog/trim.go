@@ -178,7 +178,7 @@ func (s *Store) removeSegments() error {
 		if f != nil {
 			_ = f.Close() // a Read that holds it retries (Read)
 		}
-		if err := os.Remove(filepath.Join(s.dir, segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := s.fs.Remove(filepath.Join(s.dir, segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		delete(s.live, id)
@@ -186,7 +186,7 @@ func (s *Store) removeSegments() error {
 		removed = true
 	}
 	if removed {
-		return syncDir(s.dir)
+		return s.fs.SyncDir(s.dir)
 	}
 	return nil
 }

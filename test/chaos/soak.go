@@ -23,8 +23,8 @@ const (
 	FaultLoss           = "packet_loss"      // iptables statistic: 30% of a node's packets dropped
 	FaultKill           = "kill9_restart"    // kill -9, then a new process on the same addresses
 	FaultPause          = "sigstop"          // SIGSTOP ... SIGCONT
-	FaultProducerCrash  = "producer_crash"   // a FaultHook panic in the producer
-	FaultWorkerCrash    = "worker_crash"     // a FaultHook panic in the worker
+	FaultProducerCrash  = "producer_crash"   // a faults.Hook panic in the producer
+	FaultWorkerCrash    = "worker_crash"     // a faults.Hook panic in the worker
 	// FaultColdRestart kill -9s every node, then starts them all again at
 	// once; each subscribes and starts publishing as soon as it is up,
 	// without waiting for the cluster to form (the join protocol must give

@@ -34,7 +34,7 @@ type nodeFlags struct {
 	batch, callTimeout, retry                     time.Duration
 }
 
-// crashHook is the node's FaultHook: armed by the "crash" command, it panics
+// crashHook is the node's faults.Hook: armed by the "crash" command, it panics
 // once inside the producer (Send runs on the producer's goroutine) or the
 // worker (Delivered runs on the worker's, after it handed an entry of a
 // batch to the subscribers and before the batch is acknowledged: a crash in

@@ -1,0 +1,305 @@
+package seglog
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/storekit"
+)
+
+// damage is a frame that does not read back where a crash cannot have
+// left one (Store.damaged), to repair (WithRepair).
+type damage struct {
+	id  uint32
+	f   segFile
+	b   []byte // the segment
+	off int
+	err error // what Open would have returned without WithRepair
+}
+
+func (d *damage) Error() string { return d.err.Error() }
+
+// minRowBytes is the least a row of stream name takes in a frame: its
+// name's length, the name, the cursor, the record's length, and the
+// smallest record (storekit.AppendRecord of empty fields). A bad region
+// of n bytes held at most n / minRowBytes rows of the stream.
+func minRowBytes(name string) int { return 3 + len(name) + 19 }
+
+// event is what a repair finds past the damage, in log order: a whole
+// frame, or bytes that read back as none (unknown: any row may have been
+// in them).
+type event struct {
+	fr      *frame
+	body    []byte
+	unknown int
+}
+
+// walkFrames is every frame of b from off on, in order, with the bytes
+// between them that are not a whole frame.
+func walkFrames(b []byte, off int) []event {
+	var out []event
+	bad := 0
+	for p := off; p < len(b); {
+		if body, n, err := frameAt(b[p:]); err == nil {
+			if fr, err := decodeFrame(body); err == nil {
+				if bad > 0 {
+					out = append(out, event{unknown: bad})
+					bad = 0
+				}
+				out = append(out, event{fr: &fr, body: body})
+				p += n
+				continue
+			}
+		}
+		bad++
+		p++
+	}
+	if bad > 0 {
+		out = append(out, event{unknown: bad})
+	}
+	return out
+}
+
+// repairAt repairs the damage d (WithRepair; Open, before the committer
+// starts): the index holds every frame before it. It moves the damaged
+// segment's bytes from d.off on, and the segments after it (rest), to
+// .cut files beside them, and appends in their place, per stream, every
+// cursor it cannot rule out was handed out: the rows of the whole frames
+// it found past the damage again (their records are intact), and a gap
+// row for each other one (Missed 1 for a cursor that was handed out; 0,
+// unknown, for one past every cursor found, which bytes that read back
+// as nothing may have held). No cursor is then handed out for a second
+// row, and a reader is told of each row lost (*StreamGap).
+func (s *Store) repairAt(d *damage, rest []uint32) error {
+	events := walkFrames(d.b, d.off)
+	moved := len(d.b) - d.off
+	var restFiles []string
+	for _, id := range rest {
+		p := filepath.Join(s.dir, segName(id))
+		f, err := s.fs.OpenFile(p, os.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		b, err := readAll(f)
+		_ = f.Close()
+		if err != nil {
+			return err
+		}
+		if len(b) < len(segMagic) || string(b[:len(segMagic)]) != segMagic {
+			events = append(events, event{unknown: len(b)})
+		} else {
+			events = append(events, walkFrames(b, len(segMagic))...)
+		}
+		moved += len(b)
+		restFiles = append(restFiles, p)
+		if err := s.saveCut(p+".cut", b); err != nil {
+			return err
+		}
+	}
+	recs, pos := s.salvage(d, events)
+	if err := s.saveCut(fmt.Sprintf("%s.%d.cut", d.f.Name(), d.off), d.b[d.off:]); err != nil {
+		return err
+	}
+	for _, p := range restFiles {
+		if err := s.fs.Remove(p); err != nil {
+			return err
+		}
+	}
+	if err := s.truncateDamaged(d); err != nil {
+		return err
+	}
+	s.log.Warn().Err(d.err).Int("bytes_moved", moved).Int("rows_appended", len(recs)).
+		Msg("seglog: repaired damage (WithRepair): the log is kept up to it, what followed is in .cut files, and a gap row stands for each row lost")
+	s.tailCut.Add(context.Background(), int64(moved), metric.WithAttributes(attribute.String("cause", "repair")))
+	s.report.repairs = append(s.report.repairs, d.err.Error())
+	var batch []*storekit.LocalAppend
+	for len(recs) > 0 {
+		n := min(len(recs), 1024)
+		batch = append(batch, &storekit.LocalAppend{Recs: recs[:n]})
+		recs = recs[n:]
+	}
+	for i := range pos {
+		batch = append(batch, &storekit.LocalAppend{Pos: &pos[i]})
+	}
+	for len(batch) > 0 {
+		n := min(len(batch), 16)
+		if err := s.appendFrames(batch[:n]); err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		batch = batch[n:]
+	}
+	if s.synced < s.size { // positions alone were not synced
+		if err := s.active.Datasync(); err != nil {
+			return err
+		}
+		s.synced = s.size
+	}
+	return nil
+}
+
+// salvage is what a repair appends for events (the log past the damage
+// d): per stream, from its end in the index on, each row found again or
+// a gap row; and the last producer position of each producer found.
+func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.ProducerPosition) {
+	intact := map[string]map[uint64]echopubsub.Record{}
+	seen := map[string]uint64{} // the highest cursor found
+	lastAt := map[string]int{}  // the event where the stream was found last
+	var unknownAfter []struct{ at, n int }
+	positions := map[posKey]core.ProducerPosition{}
+	// The damaged frame itself: its rows' cursors, when it still decodes.
+	if body, ok := damagedBody(d.b[d.off:]); ok {
+		if fr, err := decodeFrame(body); err == nil && fr.snap == nil {
+			for _, r := range fr.rows {
+				seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), -1
+			}
+			if len(events) > 0 && events[0].unknown > 0 { // the frame's bytes are accounted for
+				rest := events[0].unknown - frameHeader - len(body)
+				events = events[1:]
+				if rest > 0 {
+					events = append([]event{{unknown: rest}}, events...)
+				}
+			}
+		}
+	}
+	for i, e := range events {
+		if e.fr == nil {
+			unknownAfter = append(unknownAfter, struct{ at, n int }{i, e.unknown})
+			continue
+		}
+		if e.fr.pos != nil {
+			positions[posKey{e.fr.pos.Node, e.fr.pos.Group}] = *e.fr.pos
+		}
+		for _, p := range snapPositions(e.fr) {
+			positions[posKey{p.Node, p.Group}] = p
+		}
+		for _, r := range e.fr.rows {
+			rec, err := storekit.DecodeRecord(e.body[r.recOff:r.recOff+r.recLen], false)
+			if err != nil {
+				continue // a gap row stands for it
+			}
+			if intact[r.stream] == nil {
+				intact[r.stream] = map[uint64]echopubsub.Record{}
+			}
+			rec.Stream = r.stream
+			intact[r.stream][r.cursor] = rec
+			seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), i
+		}
+	}
+	names := map[string]bool{}
+	for n := range s.streams {
+		names[n] = true
+	}
+	for n := range seen {
+		names[n] = true
+	}
+	reason := fmt.Sprintf("seglog repair: lost to damage at %s offset %d", d.f.Name(), d.off)
+	var out []echopubsub.Record
+	for _, name := range sortedNames(names) {
+		end := uint64(0)
+		if st := s.streams[name]; st != nil {
+			end = st.end()
+		}
+		last, ok := lastAt[name]
+		if !ok {
+			last = -2
+		}
+		hw := max(seen[name], end)
+		for _, u := range unknownAfter { // rows of the stream may have been there
+			if u.at > last {
+				hw += uint64(u.n / minRowBytes(name))
+			}
+		}
+		for c := end + 1; c <= hw; c++ {
+			if r, ok := intact[name][c]; ok {
+				out = append(out, r)
+				continue
+			}
+			g := echopubsub.Record{Stream: name, Kind: echopubsub.RecordGap, Reason: reason, Time: time.Now()}
+			if c <= seen[name] {
+				g.Missed = 1
+			}
+			out = append(out, g)
+		}
+	}
+	pos := make([]core.ProducerPosition, 0, len(positions))
+	for _, p := range positions {
+		pos = append(pos, p)
+	}
+	sort.Slice(pos, func(i, j int) bool {
+		return pos[i].Node < pos[j].Node || pos[i].Node == pos[j].Node && pos[i].Group < pos[j].Group
+	})
+	return out, pos
+}
+
+func snapPositions(fr *frame) []core.ProducerPosition {
+	if fr.snap == nil {
+		return nil
+	}
+	return fr.snap.positions
+}
+
+// damagedBody is the body a frame at b's start says it has, its checksum
+// unchecked.
+func damagedBody(b []byte) ([]byte, bool) {
+	if len(b) < frameHeader {
+		return nil, false
+	}
+	n := int(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+	if n <= 0 || n > len(b)-frameHeader {
+		return nil, false
+	}
+	return b[frameHeader : frameHeader+n], true
+}
+
+// saveCut writes b to path and fsyncs it and the directory.
+func (s *Store) saveCut(path string, b []byte) error {
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Datasync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(s.dir)
+}
+
+// truncateDamaged cuts d's segment at the damage; it becomes the active
+// segment.
+func (s *Store) truncateDamaged(d *damage) error {
+	if s.segs[d.id] != nil {
+		_ = s.segs[d.id].Close()
+	}
+	f, err := s.fs.OpenFile(filepath.Join(s.dir, segName(d.id)), os.O_RDWR)
+	if err != nil {
+		return err
+	}
+	s.segs[d.id] = f
+	if err := f.Truncate(int64(d.off)); err != nil {
+		return err
+	}
+	if err := f.Datasync(); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return err
+	}
+	s.active, s.activeID, s.size, s.synced = f, d.id, int64(d.off), int64(d.off)
+	return nil
+}
