@@ -120,10 +120,16 @@
 // answers queued meanwhile.) So with both nodes up the first broadcast
 // arrives within BatchInterval plus a RetryInterval, in either start order.
 //
-// One case is not covered: a producer that ends (a crash, or a graceful Stop
-// while the node stayed unreachable) before it ever reached a node cannot
-// tell that node what it wrote for it, since the node never heard of it; see
-// "Known limits" in docs/operations.md.
+// A producer that ends (a crash, or a graceful Stop while the node stayed
+// unreachable) before it ever reached a node cannot tell that node what it
+// wrote for it, since the node never heard of it. With a node-local store
+// its next incarnation does: each producer records a lease in the store
+// (when it may last have written), and the next incarnation's join tells a
+// node that started before then (Register.predecessor_owed): CursorExpired,
+// Missed 0 (unknown). A node that started later was owed nothing and is
+// told nothing. Without a node-local store this case cannot be told, and
+// Start says so in one log line; see "A producer that never reached a
+// node" in docs/operations.md.
 //
 // # Back-pressure
 //

@@ -184,10 +184,12 @@ func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.cla
 // Replayed. Each is a durable delivery paced as a live one is: at
 // SoftQueue the catch-up waits for acks, and an owner that acks nothing
 // for RoomWait (one that acks in groups) gets one more row per RoomWait,
-// never up to HardQueue: a catch-up never closes a session. With the
-// node's reservation table full (or RoomWait 0 and the session at
-// SoftQueue) the catch-up pauses and retries from the same row while the
-// session's other topics go on. Nothing is skipped. Gap rows
+// never up to HardQueue: a catch-up never closes a session. With RoomWait
+// 0 a row that would take the session above SoftQueue stays in the store,
+// the session's other topics go on, and the catch-up goes on from that row
+// when acks bring pending down to SoftQueue/2: either way it goes at the
+// owner's pace. With the node's reservation table full the catch-up
+// pauses and retries from the same row. Nothing is skipped. Gap rows
 // arrive as *StreamGap, rows no longer kept (WithRetention) as one
 // *StreamTruncated. A DirectBroadcast to the topic, which is not stored,
 // is delivered as it comes (Cursor 0). Subscribing again with WithFrom

@@ -109,6 +109,7 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 	case *messages.BackPressure:
 		a.hand(m)
 	case *sessionRoom:
+		a.roomMade()
 		a.flush()
 	case *catchUpStart:
 		if spec, ok := (*a.rec.subs.Load())[m.topic]; ok && spec.catchUp && spec.gen == m.gen {

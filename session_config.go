@@ -76,8 +76,9 @@ type SessionConfig struct {
 	// that acknowledges nothing for RoomWait while a delivery waits is not
 	// keeping up: its deliveries go on without waiting until its next ack,
 	// and SoftQueue's notice and HardQueue apply. 0 never waits (a backlog
-	// counts against HardQueue as it arrives). Must be >= 0. Defaults to
-	// 1s.
+	// counts against HardQueue as it arrives; a WithFrom catch-up, whose
+	// rows can wait in the store, still stops at SoftQueue and goes on
+	// when acks make room). Must be >= 0. Defaults to 1s.
 	RoomWait time.Duration
 }
 

@@ -57,10 +57,12 @@ func (k *known) storedCursor(c uint64) uint64 {
 // the producer retries.
 const maxProducers = 1024
 
-// tombstone is a dropped producer: its incarnation, whether it retired.
+// tombstone is a dropped producer: its incarnation, whether it retired,
+// and its expected cursor then.
 type tombstone struct {
 	incarnation uint64
 	retired     bool
+	expected    uint64
 }
 
 // workerTable outlives a crash of the worker actor: the group hands it to
@@ -237,7 +239,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		// node: its entry, or its tombstone.
 		old, hadOld := tombstone{}, false
 		if k != nil && k.incarnation != m.ProducerIncarnation {
-			old, hadOld = tombstone{incarnation: k.incarnation, retired: k.retired}, true
+			old, hadOld = tombstone{incarnation: k.incarnation, retired: k.retired, expected: k.expected}, true
 		} else if t, ok := w.table.forgot[m.ProducerNode]; ok && k == nil && t.incarnation != m.ProducerIncarnation {
 			old, hadOld = t, true
 		}
@@ -278,15 +280,30 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 		told = m.JoinId
 	case hadOld && !old.retired:
 		// Whatever the old incarnation wrote and did not deliver is
-		// gone, unless it retired: then nothing was left untold.
+		// gone, unless it retired: then nothing was left untold. Where
+		// it ended is known when its node says so (a graceful Stop,
+		// recorded in its store).
 		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"}
+		if m.PredecessorIncarnation == old.incarnation && m.PredecessorFinal >= old.expected {
+			if ce.Missed = m.PredecessorFinal - old.expected; ce.Missed == 0 {
+				ce = nil // it ended where this node was: nothing lost
+			} else {
+				ce.Reason = "producer stopped before this node got everything"
+			}
+		}
+	case !hadOld && m.PredecessorOwed:
+		// The producer's node recorded an earlier incarnation that wrote
+		// after this node started, and this node never held it: what it
+		// wrote for this node is lost (the count is not known).
+		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group,
+			Reason: "an earlier incarnation of the producer wrote after this node started and never reached it"}
 	}
 	next := m.NextCursor
 	if w.dur != nil { // recorded first: a store that fails changes nothing (the producer joins again)
 		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
 		var err error
 		if ce != nil {
-			err = w.dur.Lost(pos, 0, ce.Reason)
+			err = w.dur.Lost(pos, ce.Missed, ce.Reason)
 		} else {
 			next, err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
 		}
@@ -363,7 +380,7 @@ func (w *worker) prune() bool {
 			}
 			delete(w.table.forgot, f)
 		}
-		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired}
+		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired, expected: k.expected}
 		dropped = true
 		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
 	}

@@ -184,6 +184,9 @@ type Session struct {
 	waiting  bool                // a delivery is held for room (Pace); wait ends it
 	stalled  bool                // Wait passed with no ack: not held until the next ack
 	wait     *time.Timer
+	// roomWanted: a catch-up row was NoRoom (Catch): Room once acks make
+	// room, as for a held delivery, but with no stall timer.
+	roomWanted bool
 }
 
 // ID is the session's id.
@@ -477,7 +480,7 @@ func (e *Engine) closeLocked(s *Session, reason messages.SessionCloseReason, det
 		return nil
 	}
 	s.open = false
-	if s.waiting {
+	if s.waiting || s.roomWanted {
 		e.endWait(s)
 	}
 	released := len(s.res)

@@ -68,18 +68,22 @@ func (e *Engine) stall(s *Session) {
 }
 
 // acked runs on every release of a reservation (an ack): the owner keeps
-// up, and a held delivery goes on once pending is down to SoftQueue/2.
-// Caller holds s.mu.
+// up, and a held delivery (or a catch-up row that was NoRoom) goes on once
+// pending is down to SoftQueue/2. Caller holds s.mu.
 func (e *Engine) acked(s *Session) {
 	s.stalled = false
-	if s.waiting && len(s.res) <= e.lim.SoftQueue/2 {
+	if (s.waiting || s.roomWanted) && len(s.res) <= e.lim.SoftQueue/2 {
 		e.endWait(s)
 	}
 }
 
-// endWait tells the actor of a waiting session to go on. Caller holds s.mu.
+// endWait tells the actor of a session that waits for room (held, or
+// NoRoom) to go on. Caller holds s.mu.
 func (e *Engine) endWait(s *Session) {
-	s.waiting = false
-	s.wait.Stop()
+	if s.waiting {
+		s.waiting = false
+		s.wait.Stop()
+	}
+	s.roomWanted = false
 	e.pacer.Room(s)
 }

@@ -147,3 +147,57 @@ func TestPaceAfterAnAckAndClose(t *testing.T) {
 		t.Fatalf("closed: %v, calls %s", o, p)
 	}
 }
+
+// Catch without a wait (Limits.Wait 0): a catch-up row that would take the
+// session above SoftQueue is NoRoom, not sent and not held (no Hold: the
+// actor goes on with its other topics); the ack that brings pending down to
+// SoftQueue/2 calls Room once, so the catch-up resumes at the owner's pace
+// rather than a timer's. An ack above SoftQueue/2 does not; Close does.
+func TestCatchWithoutWaitResumesOnTheAckThatMakesRoom(t *testing.T) {
+	lim := Limits{SoftQueue: 4, HardQueue: 10, MaxReservations: 100, MaxBatchItems: 10}
+	e := New(lim, "n", newRecorder(), zerolog.Nop(), nil)
+	p := &pacer{room: make(chan struct{}, 1)}
+	e.SetPacer(p)
+	s := open(t, e, "a")
+	catch := func() Outcome { return e.Catch(s, func(id uint64) interface{} { return delivered{id} }) }
+	for i := 0; i < 4; i++ {
+		if o := catch(); o != Delivered {
+			t.Fatalf("row %d: %v", i+1, o)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if o := catch(); o != NoRoom {
+			t.Fatalf("at SoftQueue: %v, want NoRoom", o)
+		}
+	}
+	if _, err := e.Ack("a", 1); err != nil { // pending 3: above SoftQueue/2
+		t.Fatal(err)
+	}
+	if got := p.String(); got != "" {
+		t.Fatalf("NoRoom, then an ack that leaves pending above SoftQueue/2: calls %q, want none", got)
+	}
+	if _, err := e.Ack("a", 2); err != nil { // pending 2 = SoftQueue/2: room
+		t.Fatal(err)
+	}
+	if got := p.String(); got != "room " {
+		t.Fatalf("calls %q after the ack that made room, want one room", got)
+	}
+	if _, err := e.Ack("a", 3); err != nil { // no catch-up waits now
+		t.Fatal(err)
+	}
+	if got := p.String(); got != "room " {
+		t.Fatalf("calls %q after an ack with nothing waiting, want one room", got)
+	}
+	for i := 0; i < 3; i++ {
+		if o := catch(); o != Delivered {
+			t.Fatalf("after room, row %d: %v", i+1, o)
+		}
+	}
+	if o := catch(); o != NoRoom {
+		t.Fatalf("at SoftQueue again: %v, want NoRoom", o)
+	}
+	e.Close("a", messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "test")
+	if got := p.String(); got != "room room " {
+		t.Fatalf("calls %q after Close, want room room", got)
+	}
+}
