@@ -1,9 +1,12 @@
 package echopubsub_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,51 +55,55 @@ func stampWords(p string, from, to uint64) []string {
 	return out
 }
 
-func seqsFrom(from, to uint64) []uint64 {
-	var out []uint64
-	for s := from; s <= to; s++ {
-		out = append(out, s)
-	}
-	return out
-}
-
-// TestWorkerCrashMidBatchStoresEachMessageOnce: node 1's worker crashes
-// (a panic; its supervisor restarts it) right after delivering an entry
-// that is not the last of its batch. The whole batch was stored before
-// delivery; the producer sends the rest again, and the worker delivers
-// it with the rows it stored, appending none twice. Node 1's store holds
-// each message once, in order, and a session resuming from its first
-// cursor gets each once.
-func TestWorkerCrashMidBatchStoresEachMessageOnce(t *testing.T) {
-	nodes, _, stores := gapCluster(t)
-	c := nodes[1].Subscribe(t, "room:1")
+// crashMidBatch makes nd's worker crash once (a panic; its supervisor
+// restarts it) right after delivering an entry from producer node from
+// that is not the last of its batch: the rest of the batch was stored
+// (or, with a failing store, counted for a gap row) and not delivered,
+// and the producer sends it again. The function it returns fails t when
+// that never happened (no batch of more than one entry came).
+func crashMidBatch(t *testing.T, nd *test.Node, from string) func() {
 	var mu sync.Mutex
 	end, crashed, crashedAt := uint64(0), false, uint64(0) // end: cursor after the batch being delivered
-	nodes[1].Faults.SetOnReceive(func(from string, req proto.Message) {
-		if b, ok := req.(*messages.Batch); ok && from == nodes[0].Addr {
+	nd.Faults.SetOnReceive(func(node string, req proto.Message) {
+		if b, ok := req.(*messages.Batch); ok && node == from {
 			mu.Lock()
 			end = b.FirstCursor + uint64(b.Len())
 			mu.Unlock()
 		}
 	})
-	nodes[1].Faults.SetOnDeliver(func(from string, cursor uint64) {
+	nd.Faults.SetOnDeliver(func(node string, cursor uint64) {
 		mu.Lock()
 		defer mu.Unlock()
-		if !crashed && from == nodes[0].Addr && cursor+1 < end {
+		if !crashed && node == from && cursor+1 < end {
 			crashed, crashedAt = true, cursor
 			panic("test: worker crash mid-batch")
 		}
 	})
+	return func() {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if !crashed {
+			t.Fatalf("no batch of more than one entry reached %s: its worker never crashed mid-batch", nd.Addr)
+		}
+		t.Logf("%s's worker crashed after delivering cursor %d of a batch ending before %d", nd.Addr, crashedAt, end)
+	}
+}
+
+// TestWorkerCrashMidBatchStoresEachMessageOnce: node 1's worker crashes in
+// the middle of a batch (crashMidBatch). The whole batch was stored
+// before delivery; the worker delivers the rest when it comes again with
+// the rows it stored, appending none twice. Node 1's store holds each
+// message once, in order, and a session resuming from its first cursor
+// gets each once.
+func TestWorkerCrashMidBatchStoresEachMessageOnce(t *testing.T) {
+	nodes, _, stores := gapCluster(t)
+	c := nodes[1].Subscribe(t, "room:1")
+	crashed := crashMidBatch(t, nodes[1], nodes[0].Addr)
 	const n = 50
 	publishStamps(t, nodes[0], "room:1", "a", 1, n)
-	wantStamps(t, c, seqsFrom(1, n)...)
-	mu.Lock()
-	if !crashed {
-		mu.Unlock()
-		t.Fatal("no batch of more than one entry reached node 1: its worker never crashed mid-batch")
-	}
-	t.Logf("node 1's worker crashed after delivering cursor %d of a batch ending before %d", crashedAt, end)
-	mu.Unlock()
+	wantStamps(t, c, seqs(1, n)...)
+	crashed()
 
 	store := stores.Store("node1")
 	if got, want := storedWords(t, store, "room:1"), stampWords("a", 1, n); !slices.Equal(got, want) {
@@ -109,8 +116,49 @@ func TestWorkerCrashMidBatchStoresEachMessageOnce(t *testing.T) {
 	}
 	waitEnvelopes(t, o, n)
 	test.CheckFollowed(t, o.envelopes(), store, "room:1", 1, n)
-	if got := o.seqs(); !equal(got, seqsFrom(1, n)) {
+	if got := o.seqs(); !equal(got, seqs(1, n)) {
 		t.Fatalf("the session resumed from cursor 1 got %v", got)
+	}
+}
+
+// TestWorkerCrashMidBatchWhileTheStoreFailsCountsEachMessageOnce: the
+// same crash while node 1's store takes no writes. The rows it could not
+// store are counted once for the gap row written when it recovers: the
+// gap says exactly how many messages it does not hold.
+func TestWorkerCrashMidBatchWhileTheStoreFailsCountsEachMessageOnce(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 400, 800
+	nodes := test.StartCluster(t, 2, cfg)
+	failing := test.NewFailingStore()
+	for i, nd := range nodes {
+		nd.StopPubSub(t)
+		store := echopubsub.WithStore(test.NewMemStore())
+		if i == 1 {
+			store = echopubsub.WithStore(failing)
+		}
+		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"), store)
+	}
+	c := nodes[1].Subscribe(t, "room:1")
+	publishStamps(t, nodes[0], "room:1", "a", 1, 3)
+	wantStamps(t, c, 1, 2, 3)
+	failing.Fail(fmt.Errorf("write store file: %w", syscall.ENOSPC))
+	crashed := crashMidBatch(t, nodes[1], nodes[0].Addr)
+	const n = 50
+	publishStamps(t, nodes[0], "room:1", "a", 4, 3+n)
+	wantStamps(t, c, seqs(1, 3+n)...)
+	crashed()
+	failing.Heal()
+	// The store is tried again within about a second: Health says when it
+	// took the gap row.
+	test.Eventually(t, 10*time.Second, func() bool { return nodes[1].PS.Health(context.Background()).Store == nil },
+		func() string {
+			return fmt.Sprintf("node 1's store still failing: %+v", nodes[1].PS.Health(context.Background()).Store)
+		})
+	publishStamps(t, nodes[0], "room:1", "a", 4+n, 4+n)
+	wantStamps(t, c, seqs(1, 4+n)...)
+	got, st := replayAll(t, nodes[1], nodes[0].Addr)
+	if want := fmt.Sprintf("a#1 a#2 a#3 gap(%d) a#%d", n, 4+n); strings.Join(got, " ") != want || st.Missed != n {
+		t.Fatalf("node 1 replayed %v (%+v); want %s", got, st, want)
 	}
 }
 
