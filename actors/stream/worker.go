@@ -481,7 +481,7 @@ func (w *worker) store(m *messages.Batch, k *known, bad []bool) ([]uint64, error
 			continue
 		}
 		if cur < k.storedTo {
-			stored = storedAt(stored, m, int(cur-m.FirstCursor), k.storedCursor(cur))
+			stored = setStored(stored, m, int(cur-m.FirstCursor), k.storedCursor(cur))
 			continue
 		}
 		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadType(ti), Payload: payload, Cursor: it.StoreCursor()})
@@ -494,15 +494,15 @@ func (w *worker) store(m *messages.Batch, k *known, bad []bool) ([]uint64, error
 		return nil, err
 	}
 	for i, r := range rows {
-		stored = storedAt(stored, m, at[i], r.Cursor)
+		stored = setStored(stored, m, at[i], r.Cursor)
 	}
 	k.storedFrom, k.storedTo, k.storedAt = m.FirstCursor, c, stored
 	return stored, nil
 }
 
-// storedAt sets entry i's store cursor in stored (made for m's entries
+// setStored sets entry i's store cursor in stored (made for m's entries
 // when it is nil and cursor is not 0).
-func storedAt(stored []uint64, m *messages.Batch, i int, cursor uint64) []uint64 {
+func setStored(stored []uint64, m *messages.Batch, i int, cursor uint64) []uint64 {
 	if cursor == 0 {
 		return stored
 	}
