@@ -225,7 +225,12 @@
 //     node appends what it receives: the publishing node in
 //     Broadcast, every other node in its worker, one transaction per
 //     batch, before it acknowledges the batch (an acknowledgement means
-//     stored). A cursor is per node: meaningful only on the node that
+//     stored). Each message is stored once: a worker that crashed while
+//     delivering a batch takes the rows it stored when the batch is sent
+//     again, and a join that reaches back before the node's Start (see
+//     Joined) goes on from where the store got to (what it holds there
+//     is history: not delivered live again, read from the store with
+//     WithFrom). A cursor is per node: meaningful only on the node that
 //     handed it out (a session lives on one node, so its client replays
 //     from that node's cursors). A cursor past a stream's end is
 //     ErrCursorBeyondEnd, never an empty page that would skip.
