@@ -121,6 +121,22 @@ func (c *crashFS) Remove(name string) error {
 	return nil
 }
 
+func (c *crashFS) Rename(oldName, newName string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.step() {
+		return errPowerLost
+	}
+	f := c.files[oldName]
+	if f == nil {
+		return fmt.Errorf("rename %s: %w", oldName, os.ErrNotExist)
+	}
+	delete(c.files, oldName)
+	f.name = newName
+	c.files[newName] = f
+	return nil
+}
+
 func (c *crashFS) SyncDir(string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
@@ -57,6 +58,28 @@ func segments(fs fileSys, dir string) ([]uint32, error) {
 // A snapshot must also agree with the rows before it on each stream's
 // end.
 func (s *Store) recover() error {
+	err := s.replayAll()
+	if !errors.Is(err, errRepaired) {
+		return err
+	}
+	// The repaired segment replaced the damaged one: replay it all again.
+	s.reset()
+	s.repair = false // a second damage now is an error
+	return s.replayAll()
+}
+
+// reset forgets what a replay built (before the next one).
+func (s *Store) reset() {
+	for id, f := range s.segs {
+		_ = f.Close()
+		delete(s.segs, id)
+	}
+	s.streams, s.positions, s.live = map[string]*stream{}, map[posKey]core.ProducerPosition{}, map[uint32]int{}
+	s.active, s.activeID, s.size, s.synced, s.firstSeg, s.snapSeg = nil, 0, 0, 0, 0, 0
+}
+
+// replayAll is recover's one pass over the segments.
+func (s *Store) replayAll() error {
 	ids, err := segments(s.fs, s.dir)
 	if err != nil {
 		return err
@@ -77,7 +100,7 @@ func (s *Store) recover() error {
 			if err := s.repairAt(d, ids[i+1:]); err != nil {
 				return fmt.Errorf("%v: repair failed: %w", d.err, err)
 			}
-			break
+			return errRepaired
 		}
 	}
 	for _, name := range sortedNames(s.streams) {

@@ -2,6 +2,7 @@ package seglog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -69,19 +70,33 @@ func walkFrames(b []byte, off int) []event {
 	return out
 }
 
+// errRepaired: repairAt replaced the damaged segment; Open replays again.
+var errRepaired = errors.New("seglog: repaired")
+
 // repairAt repairs the damage d (WithRepair; Open, before the committer
-// starts): the index holds every frame before it. It moves the damaged
-// segment's bytes from d.off on, and the segments after it (rest), to
-// .cut files beside them, and appends in their place, per stream, every
-// cursor it cannot rule out was handed out: the rows of the whole frames
-// it found past the damage again (their records are intact), and a gap
-// row for each other one (Missed 1 for a cursor that was handed out; 0,
-// unknown, for one past every cursor found, which bytes that read back
-// as nothing may have held). No cursor is then handed out for a second
-// row, and a reader is told of each row lost (*StreamGap).
+// starts): the index holds every frame before it. It writes the repaired
+// segment: d's segment up to the damage, then, per stream, every cursor
+// it cannot rule out was handed out past the damage: the rows of the
+// whole frames it found there again (their records are intact), and a
+// gap row for each other one (Missed 1 for a cursor that was handed out;
+// 0, unknown, for one past every cursor found, which bytes that read back
+// as nothing may have held), and the last position of each producer. No
+// cursor is then handed out for a second row, and a reader is told of
+// each row lost (*StreamGap).
+//
+// Crash-safe in this order: the repaired segment is written to a .repair
+// file and fdatasynced; the bytes it replaces (the damaged segment's
+// from d.off, the segments after it: rest) are copied to .cut files; the
+// .repair file is renamed over the damaged segment; then the segments
+// after it are removed, each step made durable (directory fsync) before
+// the next. A crash before the rename leaves the damage as it was; after
+// it, the segments not yet removed repeat cursors of the repaired one,
+// which the next Open (with WithRepair) repairs by removing them.
 func (s *Store) repairAt(d *damage, rest []uint32) error {
 	events := walkFrames(d.b, d.off)
 	moved := len(d.b) - d.off
+	path := filepath.Join(s.dir, segName(d.id))
+	cuts := map[string][]byte{fmt.Sprintf("%s.%d.cut", path, d.off): d.b[d.off:]}
 	var restFiles []string
 	for _, id := range rest {
 		p := filepath.Join(s.dir, segName(id))
@@ -101,12 +116,39 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 		}
 		moved += len(b)
 		restFiles = append(restFiles, p)
-		if err := s.saveCut(p+".cut", b); err != nil {
+		cuts[p+".cut"] = b
+	}
+	recs, pos := s.salvage(d, events)
+	// The repaired segment: its frames are encoded as appends after the
+	// index as it stands (the frames before the damage).
+	s.w.buf, s.activeID, s.size, s.synced = s.w.buf[:0], d.id, int64(d.off), int64(d.off)
+	next := map[string]uint64{}
+	for len(recs) > 0 {
+		n := min(len(recs), 1024)
+		if _, err := s.encode(&storekit.LocalAppend{Recs: recs[:n]}, next, nil); err != nil {
+			return err
+		}
+		recs = recs[n:]
+	}
+	for i := range pos {
+		if _, err := s.encode(&storekit.LocalAppend{Pos: &pos[i]}, next, nil); err != nil {
 			return err
 		}
 	}
-	recs, pos := s.salvage(d, events)
-	if err := s.saveCut(fmt.Sprintf("%s.%d.cut", d.f.Name(), d.off), d.b[d.off:]); err != nil {
+	repaired := append(d.b[:d.off:d.off], s.w.buf...)
+	s.w.buf = nil
+	if err := s.writeFile(path+".repair", repaired); err != nil {
+		return err
+	}
+	for _, p := range sortedNames(cuts) {
+		if err := s.writeFile(p, cuts[p]); err != nil {
+			return err
+		}
+	}
+	if err := s.fs.Rename(path+".repair", path); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		return err
 	}
 	for _, p := range restFiles {
@@ -114,35 +156,13 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 			return err
 		}
 	}
-	if err := s.truncateDamaged(d); err != nil {
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		return err
 	}
-	s.log.Warn().Err(d.err).Int("bytes_moved", moved).Int("rows_appended", len(recs)).
+	s.log.Warn().Err(d.err).Int("bytes_moved", moved).Int("bytes_written", len(repaired)-d.off).
 		Msg("seglog: repaired damage (WithRepair): the log is kept up to it, what followed is in .cut files, and a gap row stands for each row lost")
 	s.tailCut.Add(context.Background(), int64(moved), metric.WithAttributes(attribute.String("cause", "repair")))
 	s.report.repairs = append(s.report.repairs, d.err.Error())
-	var batch []*storekit.LocalAppend
-	for len(recs) > 0 {
-		n := min(len(recs), 1024)
-		batch = append(batch, &storekit.LocalAppend{Recs: recs[:n]})
-		recs = recs[n:]
-	}
-	for i := range pos {
-		batch = append(batch, &storekit.LocalAppend{Pos: &pos[i]})
-	}
-	for len(batch) > 0 {
-		n := min(len(batch), 16)
-		if err := s.appendFrames(batch[:n]); err != nil {
-			return fmt.Errorf("repair: %w", err)
-		}
-		batch = batch[n:]
-	}
-	if s.synced < s.size { // positions alone were not synced
-		if err := s.active.Datasync(); err != nil {
-			return err
-		}
-		s.synced = s.size
-	}
 	return nil
 }
 
@@ -260,8 +280,9 @@ func damagedBody(b []byte) ([]byte, bool) {
 	return b[frameHeader : frameHeader+n], true
 }
 
-// saveCut writes b to path and fsyncs it and the directory.
-func (s *Store) saveCut(path string, b []byte) error {
+// writeFile writes b to path (created or replaced), fdatasyncs it, and
+// fsyncs the directory.
+func (s *Store) writeFile(path string, b []byte) error {
 	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
 		return err
@@ -278,28 +299,4 @@ func (s *Store) saveCut(path string, b []byte) error {
 		return err
 	}
 	return s.fs.SyncDir(s.dir)
-}
-
-// truncateDamaged cuts d's segment at the damage; it becomes the active
-// segment.
-func (s *Store) truncateDamaged(d *damage) error {
-	if s.segs[d.id] != nil {
-		_ = s.segs[d.id].Close()
-	}
-	f, err := s.fs.OpenFile(filepath.Join(s.dir, segName(d.id)), os.O_RDWR)
-	if err != nil {
-		return err
-	}
-	s.segs[d.id] = f
-	if err := f.Truncate(int64(d.off)); err != nil {
-		return err
-	}
-	if err := f.Datasync(); err != nil {
-		return err
-	}
-	if err := s.fs.SyncDir(s.dir); err != nil {
-		return err
-	}
-	s.active, s.activeID, s.size, s.synced = f, d.id, int64(d.off), int64(d.off)
-	return nil
 }
