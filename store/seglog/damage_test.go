@@ -290,3 +290,37 @@ func TestSeglogRepairSealedSegment(t *testing.T) {
 		t.Fatalf("after reopen: %d rows", len(a))
 	}
 }
+
+// TestSeglogTornBeforeASnapshotIsCut: a trim's snapshot frame records,
+// as a row frame does, what was fdatasynced when it was written: a torn
+// frame before it (positions alone, not synced) with the snapshot whole
+// after it (its fdatasync had not returned) is a torn tail, not damage.
+func TestSeglogTornBeforeASnapshotIsCut(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	s := mustOpen(t, dir)
+	for i := 1; i <= 5; i++ {
+		if err := s.Append(ctx(t), []echopubsub.Record{rec("a", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := os.Stat(segment(t, dir, 1))
+	synced := st.Size()
+	if err := s.AppendAt(ctx(t), nil, core.ProducerPosition{Node: "n2", Incarnation: 1, Next: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Trim(ctx(t), echopubsub.Retention{MaxRows: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	p := segment(t, dir, 1)
+	b, _ := os.ReadFile(p)
+	b[synced+5] ^= 0xff // the position frame's checksum
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir)
+	defer s.Close()
+	if a := all(t, s, "a"); len(a) != 5 {
+		t.Fatalf("%d rows of a, want the 5 (the trim's snapshot was cut with the torn tail)", len(a))
+	}
+}

@@ -73,9 +73,9 @@
 // repair stopped part way is finished by the next Open with WithRepair.
 //
 // Damage that hits only the last commit's bytes cannot be told from a
-// torn write: it is cut off as one. A frame of version 1 (before frames
-// recorded what was fdatasynced) or a trim's snapshot after a bad frame
-// counts as a frame written after it reached the disk.
+// torn write: it is cut off as one. A frame written before frames
+// recorded what was fdatasynced (frame version 1, snapshot version 2)
+// after a bad frame counts as one written after it reached the disk.
 //
 // # Costs and limits
 //

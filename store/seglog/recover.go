@@ -207,11 +207,11 @@ func framesAfter(b []byte, off int) []laterFrame {
 // what a crash left: the last commits' bytes, written after the last
 // fdatasync that returned. It is not when a whole frame after it was
 // written once an fdatasync had covered off (its synced): those bytes had
-// reached the disk. A frame that does not record synced (version 1, a
-// snapshot) after a bad one is taken as damage.
+// reached the disk. A frame that does not record synced (frame version
+// 1, snapshot version 2) after a bad one is taken as damage.
 func tornAt(later []laterFrame, off int) bool {
 	for _, l := range later {
-		if l.fr.version != frameVersion || l.fr.synced > uint64(off) {
+		if l.fr.version != frameVersion && l.fr.version != snapshotVersion || l.fr.synced > uint64(off) {
 			return false
 		}
 	}
