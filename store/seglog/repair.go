@@ -118,7 +118,7 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 		restFiles = append(restFiles, p)
 		cuts[p+".cut"] = b
 	}
-	recs, pos := s.salvage(d, events)
+	recs, pos := s.salvage(d, events, moved)
 	// The repaired segment: its frames are encoded as appends after the
 	// index as it stands (the frames before the damage).
 	s.w.buf, s.activeID, s.size, s.synced = s.w.buf[:0], d.id, int64(d.off), int64(d.off)
@@ -169,15 +169,21 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 // salvage is what a repair appends for events (the log past the damage
 // d): per stream, from its end in the index on, each row found again or
 // a gap row; and the last producer position of each producer found.
-func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.ProducerPosition) {
+//
+// Every row past a stream's end was in the moved bytes, so no stream
+// gets more than moved / minRowBytes cursors: a cursor past that, read
+// from the damaged frame (its checksum failed) or crafted, is not one.
+func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Record, []core.ProducerPosition) {
 	intact := map[string]map[uint64]echopubsub.Record{}
 	seen := map[string]uint64{} // the highest cursor found
 	lastAt := map[string]int{}  // the event where the stream was found last
 	var unknownAfter []struct{ at, n int }
 	positions := map[posKey]core.ProducerPosition{}
-	// The damaged frame itself: its rows' cursors, when it still decodes.
+	// The damaged frame itself: its rows' cursors, when it still decodes
+	// as rows that go on from the index (its checksum failed: anything
+	// else in it is not taken as a row).
 	if body, ok := damagedBody(d.b[d.off:]); ok {
-		if fr, err := decodeFrame(body); err == nil && fr.snap == nil {
+		if fr, err := decodeFrame(body); err == nil && fr.snap == nil && s.continues(fr.rows) {
 			for _, r := range fr.rows {
 				seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), -1
 			}
@@ -238,6 +244,7 @@ func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.
 				hw += uint64(u.n / minRowBytes(name))
 			}
 		}
+		hw = min(hw, end+uint64(moved/minRowBytes(name)))
 		for c := end + 1; c <= hw; c++ {
 			if r, ok := intact[name][c]; ok {
 				out = append(out, r)
@@ -258,6 +265,27 @@ func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.
 		return pos[i].Node < pos[j].Node || pos[i].Node == pos[j].Node && pos[i].Group < pos[j].Group
 	})
 	return out, pos
+}
+
+// continues reports whether rows, each of a stream in the index, go on
+// from its end with no hole.
+func (s *Store) continues(rows []frameRow) bool {
+	next := map[string]uint64{}
+	for _, r := range rows {
+		st := s.streams[r.stream]
+		if st == nil {
+			return false
+		}
+		want, ok := next[r.stream]
+		if !ok {
+			want = st.end() + 1
+		}
+		if r.cursor != want {
+			return false
+		}
+		next[r.stream] = want + 1
+	}
+	return true
 }
 
 func snapPositions(fr *frame) []core.ProducerPosition {
