@@ -340,7 +340,7 @@ func TestSeglogRepairTrustsNoNameFromADamagedFrame(t *testing.T) {
 	_ = s.Close()
 	p := segment(t, dir, 1)
 	b, _ := os.ReadFile(p)
-	name := bytes.Index(b, []byte("payload 5")) - 27 // the row's stream name: see frame.go and storekit.AppendRecord
+	name := bytes.Index(b, []byte("payload 5")) - 28 // the row's stream name: see frame.go and storekit.AppendRecord
 	if b[name] != 'a' {
 		t.Fatalf("byte %d is %q, not the stream name", name, b[name])
 	}
