@@ -174,18 +174,73 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 // gets more than moved / minRowBytes cursors: a cursor past that, read
 // from the damaged frame (its checksum failed) or crafted, is not one.
 func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Record, []core.ProducerPosition) {
-	intact := map[string]map[uint64]echopubsub.Record{}
-	seen := map[string]uint64{} // the highest cursor found
-	lastAt := map[string]int{}  // the event where the stream was found last
-	var unknownAfter []struct{ at, n int }
-	positions := map[posKey]core.ProducerPosition{}
-	// The damaged frame itself: its rows' cursors, when it still decodes
-	// as rows that go on from the index (its checksum failed: anything
-	// else in it is not taken as a row).
+	f := s.find(d, events)
+	names := map[string]bool{}
+	for n := range s.streams {
+		names[n] = true
+	}
+	for n := range f.seen {
+		names[n] = true
+	}
+	reason := fmt.Sprintf("seglog repair: lost to damage at %s offset %d", d.f.Name(), d.off)
+	var out []echopubsub.Record
+	for _, name := range sortedNames(names) {
+		end := uint64(0)
+		if st := s.streams[name]; st != nil {
+			end = st.end()
+		}
+		last, ok := f.lastAt[name]
+		if !ok {
+			last = -2
+		}
+		hw := max(f.seen[name], end)
+		for _, u := range f.unknown { // rows of the stream may have been there
+			if u.at > last {
+				hw += uint64(u.n / minRowBytes(name))
+			}
+		}
+		hw = min(hw, end+uint64(moved/minRowBytes(name)))
+		for c := end + 1; c <= hw; c++ {
+			if r, ok := f.intact[name][c]; ok {
+				out = append(out, r)
+				continue
+			}
+			g := echopubsub.Record{Stream: name, Kind: echopubsub.RecordGap, Reason: reason, Time: time.Now()}
+			if c <= f.seen[name] {
+				g.Missed = 1
+			}
+			out = append(out, g)
+		}
+	}
+	pos := make([]core.ProducerPosition, 0, len(f.positions))
+	for _, p := range f.positions {
+		pos = append(pos, p)
+	}
+	sort.Slice(pos, func(i, j int) bool {
+		return pos[i].Node < pos[j].Node || pos[i].Node == pos[j].Node && pos[i].Group < pos[j].Group
+	})
+	return out, pos
+}
+
+// found is what a repair found past the damage.
+type found struct {
+	intact    map[string]map[uint64]echopubsub.Record // rows still whole, by stream and cursor
+	seen      map[string]uint64                       // per stream, the highest cursor found
+	lastAt    map[string]int                          // per stream, the event it was found in last (-1: the damaged frame)
+	unknown   []struct{ at, n int }                   // bytes that read back as no frame: event, length
+	positions map[posKey]core.ProducerPosition        // the last of each producer
+}
+
+// find collects what events (and the damaged frame, when its rows go on
+// from the index: its checksum failed, anything else in it is not taken
+// as a row) hold.
+func (s *Store) find(d *damage, events []event) found {
+	f := found{intact: map[string]map[uint64]echopubsub.Record{}, seen: map[string]uint64{}, lastAt: map[string]int{},
+		positions: map[posKey]core.ProducerPosition{}}
 	if body, ok := damagedBody(d.b[d.off:]); ok {
 		if fr, err := decodeFrame(body); err == nil && fr.snap == nil && s.continues(fr.rows) {
 			for _, r := range fr.rows {
-				seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), -1
+				f.seen[r.stream], f.lastAt[r.stream] = max(f.seen[r.stream], r.cursor), -1
 			}
 			if len(events) > 0 && events[0].unknown > 0 { // the frame's bytes are accounted for
 				rest := events[0].unknown - frameHeader - len(body)
@@ -198,73 +253,29 @@ func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Reco
 	}
 	for i, e := range events {
 		if e.fr == nil {
-			unknownAfter = append(unknownAfter, struct{ at, n int }{i, e.unknown})
+			f.unknown = append(f.unknown, struct{ at, n int }{i, e.unknown})
 			continue
 		}
 		if e.fr.pos != nil {
-			positions[posKey{e.fr.pos.Node, e.fr.pos.Group}] = *e.fr.pos
+			f.positions[posKey{e.fr.pos.Node, e.fr.pos.Group}] = *e.fr.pos
 		}
 		for _, p := range snapPositions(e.fr) {
-			positions[posKey{p.Node, p.Group}] = p
+			f.positions[posKey{p.Node, p.Group}] = p
 		}
 		for _, r := range e.fr.rows {
 			rec, err := storekit.DecodeRecord(e.body[r.recOff:r.recOff+r.recLen], false)
 			if err != nil {
 				continue // a gap row stands for it
 			}
-			if intact[r.stream] == nil {
-				intact[r.stream] = map[uint64]echopubsub.Record{}
+			if f.intact[r.stream] == nil {
+				f.intact[r.stream] = map[uint64]echopubsub.Record{}
 			}
 			rec.Stream = r.stream
-			intact[r.stream][r.cursor] = rec
-			seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), i
+			f.intact[r.stream][r.cursor] = rec
+			f.seen[r.stream], f.lastAt[r.stream] = max(f.seen[r.stream], r.cursor), i
 		}
 	}
-	names := map[string]bool{}
-	for n := range s.streams {
-		names[n] = true
-	}
-	for n := range seen {
-		names[n] = true
-	}
-	reason := fmt.Sprintf("seglog repair: lost to damage at %s offset %d", d.f.Name(), d.off)
-	var out []echopubsub.Record
-	for _, name := range sortedNames(names) {
-		end := uint64(0)
-		if st := s.streams[name]; st != nil {
-			end = st.end()
-		}
-		last, ok := lastAt[name]
-		if !ok {
-			last = -2
-		}
-		hw := max(seen[name], end)
-		for _, u := range unknownAfter { // rows of the stream may have been there
-			if u.at > last {
-				hw += uint64(u.n / minRowBytes(name))
-			}
-		}
-		hw = min(hw, end+uint64(moved/minRowBytes(name)))
-		for c := end + 1; c <= hw; c++ {
-			if r, ok := intact[name][c]; ok {
-				out = append(out, r)
-				continue
-			}
-			g := echopubsub.Record{Stream: name, Kind: echopubsub.RecordGap, Reason: reason, Time: time.Now()}
-			if c <= seen[name] {
-				g.Missed = 1
-			}
-			out = append(out, g)
-		}
-	}
-	pos := make([]core.ProducerPosition, 0, len(positions))
-	for _, p := range positions {
-		pos = append(pos, p)
-	}
-	sort.Slice(pos, func(i, j int) bool {
-		return pos[i].Node < pos[j].Node || pos[i].Node == pos[j].Node && pos[i].Group < pos[j].Group
-	})
-	return out, pos
+	return f
 }
 
 // continues reports whether rows, each of a stream in the index, go on
