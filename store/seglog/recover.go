@@ -336,7 +336,6 @@ func (s *Store) cutTail(f segFile, off, size, frames int) error {
 	s.log.Warn().Str("file", f.Name()).Int("offset", off).Int("bytes", size-off).Int("whole_frames_after", frames).
 		Msg("seglog: cutting off a torn tail (the last commits, not on disk whole when the machine stopped: never acknowledged)")
 	s.tailCut.Add(context.Background(), int64(size-off), metric.WithAttributes(attribute.String("cause", "torn_tail")))
-	s.report.tornFile, s.report.tornOffset, s.report.tornBytes = f.Name(), off, size-off
 	if err := f.Truncate(int64(off)); err != nil {
 		return err
 	}

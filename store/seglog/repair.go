@@ -118,25 +118,10 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 		restFiles = append(restFiles, p)
 		cuts[p+".cut"] = b
 	}
-	recs, pos := s.salvage(d, events, moved)
-	// The repaired segment: its frames are encoded as appends after the
-	// index as it stands (the frames before the damage).
-	s.w.buf, s.activeID, s.size, s.synced = s.w.buf[:0], d.id, int64(d.off), int64(d.off)
-	next := map[string]uint64{}
-	for len(recs) > 0 {
-		n := min(len(recs), 1024)
-		if _, err := s.encode(&storekit.LocalAppend{Recs: recs[:n]}, next, nil); err != nil {
-			return err
-		}
-		recs = recs[n:]
+	repaired, err := s.repaired(d, events, moved)
+	if err != nil {
+		return err
 	}
-	for i := range pos {
-		if _, err := s.encode(&storekit.LocalAppend{Pos: &pos[i]}, next, nil); err != nil {
-			return err
-		}
-	}
-	repaired := append(d.b[:d.off:d.off], s.w.buf...)
-	s.w.buf = nil
 	if err := s.writeFile(path+".repair", repaired); err != nil {
 		return err
 	}
@@ -162,8 +147,31 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 	s.log.Warn().Err(d.err).Int("bytes_moved", moved).Int("bytes_written", len(repaired)-d.off).
 		Msg("seglog: repaired damage (WithRepair): the log is kept up to it, what followed is in .cut files, and a gap row stands for each row lost")
 	s.tailCut.Add(context.Background(), int64(moved), metric.WithAttributes(attribute.String("cause", "repair")))
-	s.report.repairs = append(s.report.repairs, d.err.Error())
 	return nil
+}
+
+// repaired is the repaired segment: d's up to the damage, then what
+// salvage finds in events, encoded as appends after the index as it
+// stands (the frames before the damage).
+func (s *Store) repaired(d *damage, events []event, moved int) ([]byte, error) {
+	recs, pos := s.salvage(d, events, moved)
+	s.w.buf, s.activeID, s.size, s.synced = s.w.buf[:0], d.id, int64(d.off), int64(d.off)
+	next := map[string]uint64{}
+	for len(recs) > 0 {
+		n := min(len(recs), 1024)
+		if _, err := s.encode(&storekit.LocalAppend{Recs: recs[:n]}, next, nil); err != nil {
+			return nil, err
+		}
+		recs = recs[n:]
+	}
+	for i := range pos {
+		if _, err := s.encode(&storekit.LocalAppend{Pos: &pos[i]}, next, nil); err != nil {
+			return nil, err
+		}
+	}
+	out := append(d.b[:d.off:d.off], s.w.buf...)
+	s.w.buf = nil
+	return out, nil
 }
 
 // salvage is what a repair appends for events (the log past the damage
