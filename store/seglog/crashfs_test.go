@@ -189,6 +189,33 @@ func (c *crashFS) image(seed int64) *crashFS {
 	return out
 }
 
+// killImage is the storage after the process alone died (kill -9): the
+// page cache keeps every write, but what no fdatasync covered is still
+// not durable (a power loss later drops or tears it), and directory
+// entries not synced are still not durable.
+func (c *crashFS) killImage() *crashFS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := newCrashFS(0)
+	copies := map[*memFile]*memFile{}
+	cp := func(f *memFile) *memFile {
+		if g := copies[f]; g != nil {
+			return g
+		}
+		g := &memFile{name: f.name, data: append([]byte(nil), f.data...), synced: append([]byte(nil), f.synced...),
+			pending: append([]fileOp(nil), f.pending...)}
+		copies[f] = g
+		return g
+	}
+	for name, f := range c.files {
+		out.files[name] = cp(f)
+	}
+	for name, f := range c.durable {
+		out.durable[name] = cp(f)
+	}
+	return out
+}
+
 // apply applies op to f's data.
 func (f *memFile) apply(op fileOp) {
 	if op.size >= 0 {
