@@ -54,10 +54,18 @@ type follow struct {
 	hole  *time.Timer
 	holeN *catchUpHole // the message hole sends: an older one is stale
 	// retry is the pending timer of a read that failed or came too early;
-	// backoff its next delay.
+	// backoff its next delay, reset when a row or notice is handed over.
 	retry   *time.Timer
 	backoff time.Duration
+	// roomWait: a row was NoRoom (the session at SoftQueue with RoomWait
+	// 0): the follow reads again when the engine says acks made room
+	// (sessionRoom), not after a timer.
+	roomWait bool
 }
+
+// paused reports whether f waits (for its retry timer, or for room)
+// before it reads again.
+func (f *follow) paused() bool { return f.retry != nil || f.roomWait }
 
 // followGen numbers WithFrom subscriptions, so that the session actor
 // tells a new one (a catch-up from a new cursor) from the one it follows.
@@ -76,8 +84,10 @@ const holeSlack = 50 * time.Millisecond
 // actor reads the next page once the previous one is handed over.
 const catchUpPage = 256
 
-// Catch-up retry delays: a failed read, or one that did not yet see a row
-// a live envelope claimed, is tried again after a pause that doubles.
+// Catch-up retry delays: a failed read, one that did not yet see a row a
+// live envelope claimed, or a row refused for a full reservation table, is
+// tried again after a pause that doubles while nothing is handed over. (A
+// session out of room is not a guess: its acks wake the catch-up.)
 const (
 	catchUpRetryMin = 10 * time.Millisecond
 	catchUpRetryMax = time.Second
@@ -251,7 +261,7 @@ func (a *sessionActor) pump() {
 		return
 	}
 	for _, f := range a.follows {
-		if f.reading && f.retry == nil {
+		if f.reading && !f.paused() {
 			a.stepQueued = true
 			a.ps.rt.System.Root.Send(a.self, &catchUpStep{})
 			return
@@ -267,7 +277,7 @@ func (a *sessionActor) step() {
 	}
 	var f *follow
 	for _, g := range a.follows {
-		if g.reading && g.retry == nil && a.current(g) {
+		if g.reading && !g.paused() && a.current(g) {
 			f = g
 			break
 		}
@@ -288,9 +298,6 @@ func (a *sessionActor) step() {
 			Msg("session catch-up: store read failed: trying again")
 		a.pause(f)
 		return
-	}
-	if f.claimed < f.next {
-		f.backoff = 0
 	}
 	// next moves past each row before it is handed: a row the engine
 	// takes at once must find itself below next (see passCaught).
@@ -319,11 +326,11 @@ func (a *sessionActor) step() {
 			env.Context = f.context
 			a.hand(&caught{f: f, row: true, cursor: r.Cursor, env: env})
 		}
-		if f.retry != nil { // parked (passCaught): the rest is read again after the pause
+		if f.paused() { // parked (passCaught): the rest is read again after the pause
 			return
 		}
 	}
-	if f.retry != nil {
+	if f.paused() {
 		return
 	}
 	f.next = max(f.next, next)
@@ -361,6 +368,7 @@ func (a *sessionActor) passCaught(c *caught) bool {
 	}
 	if c.notice != nil {
 		a.ps.sess.engine.Notify(a.s, c.notice)
+		c.f.backoff = 0
 		return true
 	}
 	build := func(id uint64) interface{} { c.env.DeliveryID = id; return c.env }
@@ -375,18 +383,32 @@ func (a *sessionActor) passCaught(c *caught) bool {
 		return true
 	}
 	switch a.ps.sess.engine.Catch(a.s, build) {
+	case session.Delivered:
+		c.f.backoff = 0
 	case session.Held:
 		return false
+	case session.NoRoom:
+		// Without RoomWait the session is at SoftQueue: the follow goes
+		// back to this row and reads it again when acks made room (the
+		// engine's sessionRoom); the rows held after it are passed over
+		// (cursor >= next), and the session's other topics go on
+		// meanwhile.
+		c.f.next, c.f.reading, c.f.roomWait = c.cursor, true, true // reading: nothing is aside
 	case session.Refused:
-		// The node's reservation table is full (or, without RoomWait,
-		// the session is at SoftQueue): the follow goes back to this row
-		// and reads it again after a pause; the rows held after it are
-		// passed over (cursor >= next), and the session's other topics go
-		// on meanwhile.
-		c.f.next, c.f.reading = c.cursor, true // reading: nothing is aside
+		// The node's reservation table is full: as for NoRoom, but other
+		// sessions' acks make room there, so it reads again after a pause.
+		c.f.next, c.f.reading = c.cursor, true
 		a.pause(c.f)
 	}
 	return true
+}
+
+// roomMade: the engine says the session has room (sessionRoom); a follow
+// that waits for it reads again.
+func (a *sessionActor) roomMade() {
+	for _, f := range a.follows {
+		f.roomWait = false
+	}
 }
 
 // stopFollowing stops every follow's timers (the actor is stopping).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,4 +405,118 @@ func TestWithFromBelowRetentionIsTold(t *testing.T) {
 		t.Fatalf("first: %+v, want StreamTruncated From 2 FirstKept 7: %s", all[0], o2.describe())
 	}
 	test.CheckFollowed(t, o2.envelopes(), store, "room:1", 7, 10)
+}
+
+// TestWithFromCatchUpKeepsPaceWithPromptAcks: a catch-up of 2,000 stored
+// rows to a session with SoftQueue 20 whose owner acks each envelope as it
+// gets it, or 2 ms after, is as fast as the acks, not as a retry timer:
+// the 2,000 rows arrive within 5 s with RoomWait 0 (the catch-up waits for
+// acks in the store) and with RoomWait 1 s (it waits held), with and
+// without live messages arriving on the stream meanwhile (issue 37 item 7:
+// with RoomWait 0 and live traffic, a backoff that only a read without
+// live envelopes reset made it 20 rows a second, 111 s for 2,000). Then
+// every row, the live ones too, arrives once, in cursor order, with no
+// notice.
+func TestWithFromCatchUpKeepsPaceWithPromptAcks(t *testing.T) {
+	const stored, within = 2000, 5 * time.Second
+	for _, roomWait := range []time.Duration{0, time.Second} {
+		for _, live := range []bool{false, true} {
+			for _, ackAfter := range []time.Duration{0, 2 * time.Millisecond} {
+				t.Run(fmt.Sprintf("RoomWait=%v/live=%v/ackAfter=%v", roomWait, live, ackAfter), func(t *testing.T) {
+					cfg := sessionConfig(20, 200)
+					cfg.RoomWait = roomWait
+					store := test.NewMemStore()
+					nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+					catchUpPace(t, nd, store, stored, within, live, ackAfter)
+				})
+			}
+		}
+	}
+}
+
+// TestWithFromCatchUpThroughAFullTableKeepsPace: another session holds 20
+// of the node's 30 reservations, so a catch-up (SoftQueue 20) is refused
+// for a full table every 10 rows and retries after a pause. The pause
+// grows only while nothing goes through: 1,000 rows arrive within 5 s while
+// live messages arrive on the stream (a backoff that only a read with no
+// live envelope pending reset sat at 1 s: 10 rows a second).
+func TestWithFromCatchUpThroughAFullTableKeepsPace(t *testing.T) {
+	cfg := sessionConfig(20, 30)
+	cfg.RoomWait = 0
+	cfg.MaxDeliveryReservations = 30
+	store := test.NewMemStore()
+	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(store), echopubsub.WithDurableTopics("room:*"))[0]
+	blocker := spawnOwner(t, nd, nil) // acks nothing
+	openSession(t, nd, blocker, []string{"fill"})
+	for i := uint64(1); i <= 20; i++ {
+		nd.Broadcast(t, "fill", stamp(i))
+	}
+	waitEnvelopes(t, blocker, 20)
+	catchUpPace(t, nd, store, 1000, 5*time.Second, true, 0)
+}
+
+// catchUpPace publishes stored rows on room:1 (durable, kept in store) from
+// nd, and checks that a session following it WithFrom(1), whose owner
+// acks each envelope ackAfter after it got it, gets them within within
+// (live: while a message a millisecond is published on the stream), then
+// every row once, in cursor order, with no notice.
+func catchUpPace(t *testing.T, nd *test.Node, store *test.MemStore, stored uint64, within time.Duration, live bool, ackAfter time.Duration) {
+	publishStamps(t, nd, "room:1", "stored", 1, stored)
+	stop, done := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
+	var liveErr error
+	stopLive := func() error { // ends the publisher (also when the test fails first)
+		once.Do(func() { close(stop); liveErr = <-done })
+		return liveErr
+	}
+	defer func() { _ = stopLive() }()
+	if live {
+		go func() { // a message a millisecond until stopped
+			for s := uint64(1); ; s++ {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				case <-time.After(time.Millisecond): // a publishing rate, not a wait for state
+				}
+				if err := nd.PS.Broadcast(nil, "room:1", &testpb.Stamp{Publisher: "live", Seq: s}); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+	} else {
+		done <- nil
+	}
+	o := test.SpawnFollowOwnerAckingAfter(nd, ackAfter)
+	s, err := nd.PS.OpenSession(o.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := nd.PS.SessionSubscribe(s.ID(), "room:1", echopubsub.WithFrom(1)); err != nil {
+		t.Fatal(err)
+	}
+	reached := func(c uint64) bool {
+		envs := o.Envelopes()
+		return len(envs) > 0 && envs[len(envs)-1].Cursor >= c
+	}
+	test.Eventually(t, within, func() bool { return reached(stored) }, func() string {
+		return fmt.Sprintf("%d of %d stored rows caught up within %v", len(o.Envelopes()), stored, within)
+	})
+	t.Logf("%d stored rows caught up in %v", stored, time.Since(start))
+	if err := stopLive(); err != nil {
+		t.Fatal(err)
+	}
+	rows, _, err := store.Read(replayCtx(t), "room:1", stored+1, 1_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := stored + uint64(len(rows))
+	test.Eventually(t, 10*time.Second, func() bool { return reached(last) },
+		test.Sprintf("want every row up to cursor %d", last))
+	test.CheckFollowed(t, o.Envelopes(), store, "room:1", 1, last)
+	if n := o.Notices(); len(n) > 0 {
+		t.Fatalf("notices where nothing was lost: %v", n)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/echopubsub/echopubsub/cluster/consul"
 	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store/seglog"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -49,6 +50,11 @@ type childSpec struct {
 	// Defaults: DefaultConfig's timings instead of fastConfig's (the fields
 	// above still apply).
 	Defaults bool
+	// StoreDir, when set, is a store/seglog directory: the node's
+	// node-local store. Cut names a peer this node's calls never reach
+	// (test.Faults.Cut).
+	StoreDir string
+	Cut      string
 }
 
 // childReport is what a child's recorder received, per publisher.
@@ -102,7 +108,22 @@ func runChildNode(specJSON string) int {
 	if spec.BufferSize > 0 {
 		cfg.BufferSize = spec.BufferSize
 	}
-	ps, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(mem), echopubsub.WithLogger(log))
+	opts := []echopubsub.Option{echopubsub.WithMembership(mem), echopubsub.WithLogger(log)}
+	if spec.StoreDir != "" {
+		s, err := seglog.Open(spec.StoreDir)
+		if err != nil {
+			log.Error().Err(err).Msg("child: seglog.Open")
+			return 2
+		}
+		defer s.Close()
+		opts = append(opts, echopubsub.WithStore(s))
+	}
+	if spec.Cut != "" {
+		f := test.NewFaults()
+		f.Cut(spec.Cut)
+		opts = append(opts, test.WithFaultHook(f))
+	}
+	ps, err := echopubsub.Start(system, cfg, opts...)
 	if err != nil {
 		log.Error().Err(err).Msg("child: start")
 		return 2

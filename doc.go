@@ -120,10 +120,16 @@
 // answers queued meanwhile.) So with both nodes up the first broadcast
 // arrives within BatchInterval plus a RetryInterval, in either start order.
 //
-// One case is not covered: a producer that ends (a crash, or a graceful Stop
-// while the node stayed unreachable) before it ever reached a node cannot
-// tell that node what it wrote for it, since the node never heard of it; see
-// "Known limits" in docs/operations.md.
+// A producer that ends (a crash, or a graceful Stop while the node stayed
+// unreachable) before it ever reached a node cannot tell that node what it
+// wrote for it, since the node never heard of it. With a node-local store
+// its next incarnation does: each producer records a lease in the store
+// (when it may last have written), and the next incarnation's join tells a
+// node that started before then (Register.predecessor_owed): CursorExpired,
+// Missed 0 (unknown). A node that started later was owed nothing and is
+// told nothing. Without a node-local store this case cannot be told, and
+// Start says so in one log line; see "A producer that never reached a
+// node" in docs/operations.md.
 //
 // # Back-pressure
 //
@@ -153,7 +159,11 @@
 // at SoftQueue pending the next one waits for acks, so that a backlog (a
 // node's catch-up) never closes an owner that acks at once; an owner that
 // acks nothing for Config.RoomWait is not paced until it acks again (see
-// "Pacing" in package internal/session). A full node-wide table
+// "Pacing" in package internal/session). An owner that hands its envelopes
+// on to the consumer that acks them, through a queue of its own (the
+// gateway: a socket's queue and writer), opens WithHandoff and reports
+// with Handed what it handed on, so that only the consumer's own time
+// counts against it. A full node-wide table
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.
@@ -215,7 +225,12 @@
 //     node appends what it receives: the publishing node in
 //     Broadcast, every other node in its worker, one transaction per
 //     batch, before it acknowledges the batch (an acknowledgement means
-//     stored). A cursor is per node: meaningful only on the node that
+//     stored). Each message is stored once: a worker that crashed while
+//     delivering a batch takes the rows it stored when the batch is sent
+//     again, and a join that reaches back before the node's Start (see
+//     Joined) goes on from where the store got to (what it holds there
+//     is history: not delivered live again, read from the store with
+//     WithFrom). A cursor is per node: meaningful only on the node that
 //     handed it out (a session lives on one node, so its client replays
 //     from that node's cursors). A cursor past a stream's end is
 //     ErrCursorBeyondEnd, never an empty page that would skip.

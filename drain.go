@@ -45,7 +45,7 @@ func (ps *PubSub) drain(ctx context.Context) {
 			continue
 		}
 		retired += d.Retired
-		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor)
+		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor, d.LastWrite)
 		for node, lag := range d.Away {
 			away[node] += lag
 		}

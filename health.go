@@ -26,6 +26,13 @@ type Health struct {
 	// Reason says why it is not ready.
 	Reason string       `json:"reason,omitempty"`
 	Peers  []PeerHealth `json:"peers"`
+	// Store, when set, says that this node's node-local durable store
+	// fails to write, since when and why. The node stays ready: live
+	// delivery goes on, and the durable rows it could not store become
+	// gap rows once the store recovers (docs/operations.md, "Durable
+	// streams", "A failing store"). The gauge echopubsub.store.failing
+	// says the same.
+	Store *StoreHealth `json:"store,omitempty"`
 }
 
 // PeerHealth is one peer node, the worst over this node's pool groups.
@@ -52,7 +59,7 @@ type PeerHealth struct {
 
 // Health reports readiness (see Health.Ready) from every producer's view.
 func (ps *PubSub) Health(ctx context.Context) Health {
-	h := Health{Node: ps.rt.Node, Live: ps.rt.Err() == nil}
+	h := Health{Node: ps.rt.Node, Live: ps.rt.Err() == nil, Store: ps.dur.storeHealth()}
 	groups, err := ps.Stats(ctx)
 	if err != nil {
 		h.Reason = err.Error()

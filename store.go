@@ -215,6 +215,8 @@ type durability struct {
 	prefixes  []string
 	authorize func(sessionID, stream string) error
 	retention Retention // WithRetention (checked: the store is a Trimmer)
+	metrics   *core.Metrics
+	fault     storeFault // a node-local store whose writes fail (store_fault.go)
 }
 
 func newDurability(o *options) (*durability, error) {
@@ -275,8 +277,13 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 		ctx, cancel = context.WithTimeout(ctx, d.timeout)
 		defer cancel()
 	}
+	d.flushFaults() // gap rows a failed store owes go before this row
 	recs := []Record{{Stream: w.Topic, Kind: RecordMessage, Origin: d.node, PayloadType: w.PayloadType, Payload: w.Payload}}
-	if err := d.store.Append(ctx, recs); err != nil {
+	err := d.store.Append(ctx, recs)
+	if d.local() != nil && ctx.Err() == nil { // not the caller's deadline (nor a store call that hung)
+		d.published(err)
+	}
+	if err != nil {
 		if plant.IgnoreAppendError() {
 			return nil
 		}
@@ -303,7 +310,9 @@ func producerPosition(p core.ProducerPos, retired bool) core.ProducerPosition {
 
 // Received implements core.Durable: a node-local store appends what this
 // node received (one transaction per batch, with the producer's position),
-// before the batch is acknowledged.
+// before the batch is acknowledged. A LocalStore that fails does not
+// refuse the batch: the rows become gap rows once it recovers
+// (store_fault.go).
 func (d *durability) Received(p core.ProducerPos, rows []core.Row) error {
 	l := d.local()
 	if l == nil {
@@ -312,9 +321,7 @@ func (d *durability) Received(p core.ProducerPos, rows []core.Row) error {
 		}
 		return d.appendRows(d.store.Append, p, rows)
 	}
-	return d.appendRows(func(ctx context.Context, recs []Record) error {
-		return l.AppendAt(ctx, recs, producerPosition(p, false))
-	}, p, rows)
+	return d.write(l, localWrite{rows: rows, pos: producerPosition(p, false)})
 }
 
 func (d *durability) appendRows(appendFn func(context.Context, []Record) error, p core.ProducerPos, rows []core.Row) error {
@@ -340,31 +347,28 @@ func (d *durability) Lost(p core.ProducerPos, missed uint64, reason string) erro
 	if l == nil {
 		return nil
 	}
-	ctx, cancel := d.ctx()
-	defer cancel()
 	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
 		Msg("durable streams: marking a gap")
-	return l.MarkGap(ctx, Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, producerPosition(p, false))
+	return d.write(l, localWrite{mark: &Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
 }
 
 // Joined implements core.Durable: when the worker could not tell (this
 // node restarted since it last heard of the producer), the position
 // recorded before says whether this node's store missed messages while
-// the node was away.
-func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) error {
+// the node was away; and a join below that point (it may reach back a
+// little before this node started: see "Joined" in the package doc) goes
+// on from it, so that what the store holds is not stored again.
+func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) (uint64, error) {
 	l := d.local()
 	if l == nil {
-		return nil
+		return p.Next, nil
 	}
-	ctx, cancel := d.ctx()
-	defer cancel()
-	old, ok, err := l.Position(ctx, p.Node, p.Group)
-	if err != nil {
-		return err
-	}
+	old, ok, err := d.position(l, p.Node, p.Group)
 	reason := ""
 	var missed uint64
 	switch {
+	case err != nil && !told:
+		reason = "this node's store could not read how far it got in this producer's stream (" + err.Error() + "): what it missed is unknown"
 	case told || !ok:
 		// The worker told (or knew there was nothing to tell), or this
 		// store never heard of the producer: nothing of it was stored
@@ -374,6 +378,7 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 			missed = p.Next - old.Next
 			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
 		}
+		p.Next = max(p.Next, old.Next)
 	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
 		// The previous incarnation ended where this store got to (it
 		// retired here, or its node says so from its own store): only
@@ -386,11 +391,11 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
 	}
 	if reason == "" {
-		return l.AppendAt(ctx, nil, producerPosition(p, false))
+		return p.Next, d.write(l, localWrite{pos: producerPosition(p, false)})
 	}
 	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
 		Msg("durable streams: marking a gap")
-	return l.MarkGap(ctx, Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, producerPosition(p, false))
+	return p.Next, d.write(l, localWrite{mark: &Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
 }
 
 // Retired implements core.Durable.
@@ -399,9 +404,7 @@ func (d *durability) Retired(p core.ProducerPos) error {
 	if l == nil {
 		return nil
 	}
-	ctx, cancel := d.ctx()
-	defer cancel()
-	return l.AppendAt(ctx, nil, producerPosition(p, true))
+	return d.write(l, localWrite{pos: producerPosition(p, true)})
 }
 
 // selfNode keys this node's own producer records in the positions of a
@@ -436,8 +439,9 @@ func (d *durability) Predecessor(group uint32) (uint64, uint64) {
 }
 
 // ended records where this node's producer of group ended (graceful Stop,
-// after its drain): told to peers by its next incarnation.
-func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
+// after its drain), and when it last wrote (its lease ends there: see
+// store_lease.go): told to peers by its next incarnation.
+func (d *durability) ended(group uint32, incarnation, writeCursor uint64, lastWrite time.Time) {
 	l := d.local()
 	if l == nil || incarnation == 0 {
 		return
@@ -447,5 +451,8 @@ func (d *durability) ended(group uint32, incarnation, writeCursor uint64) {
 	pos := core.ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
 	if err := l.AppendAt(ctx, nil, pos); err != nil {
 		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
+	}
+	if err := d.Lease(group, incarnation, lastWrite); err != nil {
+		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record when this producer last wrote: its lease stands")
 	}
 }

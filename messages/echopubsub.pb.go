@@ -721,8 +721,16 @@ type Register struct {
 	// it (no gap row).
 	PredecessorIncarnation uint64 `protobuf:"varint,12,opt,name=predecessor_incarnation,json=predecessorIncarnation,proto3" json:"predecessor_incarnation,omitempty"`
 	PredecessorFinal       uint64 `protobuf:"varint,13,opt,name=predecessor_final,json=predecessorFinal,proto3" json:"predecessor_final,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// For a join, when the producer node keeps a node-local durable store:
+	// an earlier incarnation of this producer (recorded in that store, which
+	// bounds when it last wrote) wrote after this node's pubsub started and
+	// may never have reached it. A worker that holds no earlier incarnation
+	// of this producer node (no entry, no tombstone) tells its subscribers
+	// CursorExpired (missed 0: unknown); one that does decides from its own
+	// cursor, as for any producer restart.
+	PredecessorOwed bool `protobuf:"varint,14,opt,name=predecessor_owed,json=predecessorOwed,proto3" json:"predecessor_owed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -844,6 +852,13 @@ func (x *Register) GetPredecessorFinal() uint64 {
 		return x.PredecessorFinal
 	}
 	return 0
+}
+
+func (x *Register) GetPredecessorOwed() bool {
+	if x != nil {
+		return x.PredecessorOwed
+	}
+	return false
 }
 
 // Expire tells a worker that the producer overwrote messages the worker's
@@ -2033,7 +2048,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\fR\aexclude\x12\x1b\n" +
 	"\tonly_node\x18\x03 \x01(\fR\bonlyNode\x12!\n" +
-	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\"\xfb\x03\n" +
+	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\"\xa6\x04\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -2050,7 +2065,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	" \x03(\rR\x11supportedVersions\x12\x17\n" +
 	"\ajoin_id\x18\v \x01(\x04R\x06joinId\x127\n" +
 	"\x17predecessor_incarnation\x18\f \x01(\x04R\x16predecessorIncarnation\x12+\n" +
-	"\x11predecessor_final\x18\r \x01(\x04R\x10predecessorFinal\"\xfb\x01\n" +
+	"\x11predecessor_final\x18\r \x01(\x04R\x10predecessorFinal\x12)\n" +
+	"\x10predecessor_owed\x18\x0e \x01(\bR\x0fpredecessorOwed\"\xfb\x01\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +

@@ -32,8 +32,9 @@ func (SharedMemStore) Shared() bool { return true }
 // FollowOwner is a session owner that acks each envelope once it recorded
 // it, as an application acks after its work, and records the notices.
 type FollowOwner struct {
-	PID *actor.PID
-	ps  *echopubsub.PubSub
+	PID   *actor.PID
+	ps    *echopubsub.PubSub
+	delay time.Duration // each ack this long after the envelope arrived (0: at once)
 
 	mu      sync.Mutex
 	envs    []*echopubsub.Envelope
@@ -41,8 +42,13 @@ type FollowOwner struct {
 }
 
 // SpawnFollowOwner spawns one on nd.
-func SpawnFollowOwner(nd *Node) *FollowOwner {
-	o := &FollowOwner{ps: nd.PS}
+func SpawnFollowOwner(nd *Node) *FollowOwner { return SpawnFollowOwnerAckingAfter(nd, 0) }
+
+// SpawnFollowOwnerAckingAfter spawns one on nd that acks each envelope
+// delay after it arrived (its work done elsewhere meanwhile), so that more
+// of its envelopes are pending at a time than with one that acks at once.
+func SpawnFollowOwnerAckingAfter(nd *Node, delay time.Duration) *FollowOwner {
+	o := &FollowOwner{ps: nd.PS, delay: delay}
 	o.PID = nd.System.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case actor.SystemMessage, actor.AutoReceiveMessage, *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
@@ -50,12 +56,12 @@ func SpawnFollowOwner(nd *Node) *FollowOwner {
 			o.mu.Lock()
 			o.envs = append(o.envs, m)
 			o.mu.Unlock()
-			if m.DeliveryID != 0 {
-				if _, err := o.ps.Ack(m.SessionID, m.DeliveryID); err != nil {
-					o.mu.Lock()
-					o.notices = append(o.notices, fmt.Errorf("ack %d: %w", m.DeliveryID, err))
-					o.mu.Unlock()
-				}
+			switch {
+			case m.DeliveryID == 0:
+			case o.delay > 0:
+				time.AfterFunc(o.delay, func() { o.ack(m) })
+			default:
+				o.ack(m)
 			}
 		case *messages.SessionPressure: // pressure is not a loss
 		default:
@@ -65,6 +71,14 @@ func SpawnFollowOwner(nd *Node) *FollowOwner {
 		}
 	}))
 	return o
+}
+
+func (o *FollowOwner) ack(m *echopubsub.Envelope) {
+	if _, err := o.ps.Ack(m.SessionID, m.DeliveryID); err != nil {
+		o.mu.Lock()
+		o.notices = append(o.notices, fmt.Errorf("ack %d: %w", m.DeliveryID, err))
+		o.mu.Unlock()
+	}
 }
 
 // Envelopes returns what the owner got so far.

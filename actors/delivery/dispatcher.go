@@ -83,13 +83,26 @@ type subscriber struct {
 	// Terminated is acted on only when the process registry no longer
 	// holds it.
 	proc *actor.ActorProcess
-	subs []*subscription // registry only (under its lock): this subscriber's subscriptions
+	// Registry only (under its lock): this subscriber's subscriptions. Up
+	// to smallSubs of them sit in subs, which Unsubscribe searches in
+	// full; past that they move to idx, so that leaving a topic costs O(1)
+	// however many topics the subscriber holds (see subscriber.take).
+	subs []*subscription
+	idx  *topicIndex
 
 	expired uint64 // guarded by Dispatcher.expiredMu: the last Expired pass that reached it
 
 	mu       sync.Mutex // orders check, transition, notice and send (see Dispatcher)
 	dropping bool       // guarded by mu
 	missed   *missedLog // guarded by mu; named subscribers: what they missed while absent
+}
+
+// topicIndex is a subscriber's subscriptions by topic (registry only): its
+// subscription to each topic, and any more to the same topic (subscribed
+// twice) in dups.
+type topicIndex struct {
+	byTopic map[string]*subscription
+	dups    map[string][]*subscription
 }
 
 // missedLog is what a named subscriber missed while nothing answered to its

@@ -60,8 +60,10 @@ type Drained struct {
 	Retired int
 	Away    map[string]uint64
 	// Incarnation and WriteCursor: where this producer incarnation ended
-	// (its last write is WriteCursor - 1).
+	// (its last write is WriteCursor - 1), and LastWrite when (zero: it
+	// wrote nothing; only with core.Durable.Leases).
 	Incarnation, WriteCursor uint64
+	LastWrite                time.Time
 }
 
 type (
@@ -181,6 +183,7 @@ type producer struct {
 	// dur, when set, knows this node's previous incarnation of the group
 	// (told to joining workers: see Register.predecessor_incarnation).
 	dur      core.Durable
+	lease    lease
 	lastWarn time.Time
 	drainTo  *actor.PID // who asked Drain; nil when not draining
 	drainDue scheduler.CancelFunc
@@ -261,6 +264,7 @@ func (p *producer) Receive(ctx actor.Context) {
 		p.sched = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
 		p.dialCtx, p.dialStop = context.WithCancel(context.Background())
 		p.log.Info().Uint64("incarnation", p.inc).Bool("restarted", p.restarted).Msg("producer started")
+		p.lease = newLease(p.dur, p.group) // before this incarnation records its own
 		if p.restarted {
 			// This node's subscribers got the old incarnation's messages at
 			// write time, but the write that crashed it may not have reached
@@ -322,12 +326,18 @@ func (p *producer) stopTimers() {
 // reports whether writes are left (see takeMore).
 func (p *producer) takeWrites(ctx actor.Context) bool {
 	taken, more := p.queue.Take(p.cfg.MaxBatchMessages)
+	if len(taken) > 0 && p.lease.on {
+		p.renewLease()
+	}
 	var it delivery.Item // reused for the take: all its writes were queued before it (see Item)
 	for i := range taken {
 		p.write(ctx, &taken[i], &it)
 	}
 	if len(taken) == 0 {
 		return more
+	}
+	if p.lease.on {
+		p.lease.lastWrite = time.Now()
 	}
 	for _, pe := range p.peers {
 		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && pe.flight < p.window(pe) && (p.full(pe) || p.burstTail(pe)) {
@@ -807,6 +817,11 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	if p.dur != nil && !p.restarted { // a restarted actor's predecessor is this process's crashed one
 		req.PredecessorIncarnation, req.PredecessorFinal = p.dur.Predecessor(p.group)
 	}
+	if pe.workerInc != ack.WorkerIncarnation && !ack.Forgot {
+		// First join of this worker incarnation: was it owed what an
+		// earlier incarnation of this producer wrote?
+		req.PredecessorOwed = p.lease.owedByEarlier(pe.since, p.inc)
+	}
 	if d.Kind == ringbuf.Expired {
 		req.NextCursor, req.MissedWrites = d.To, true
 		p.log.Warn().Str("peer", pe.m.Name).Msg("messages owed to a joining node were overwritten before it was reached: it will be told CursorExpired")
@@ -921,7 +936,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 	if p.drainTo == nil {
 		return
 	}
-	res := &Drained{Group: p.group, Away: map[string]uint64{}, Incarnation: p.inc, WriteCursor: p.ring.WriteCursor()}
+	res := &Drained{Group: p.group, Away: map[string]uint64{}, Incarnation: p.inc, WriteCursor: p.ring.WriteCursor(), LastWrite: p.lease.lastWrite}
 	for _, pe := range p.peers {
 		switch {
 		case pe.retired:

@@ -1,6 +1,9 @@
 package core
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Durable is the durable-stream side of a pubsub (the root package's
 // store.go implements it; Runtime.Durable is nil without a store). Enqueue
@@ -16,8 +19,12 @@ type Durable interface {
 	Publish(ctx context.Context, w *Write) error
 	// Received appends rows (the batch's new durable entries, in cursor
 	// order; may be empty; a node-local store sets each one's Cursor) and
-	// records p (the producer's next cursor after the batch), before the batch is delivered and acknowledged. An error
-	// refuses the batch (the producer sends it again).
+	// records p (the producer's next cursor after the batch), before the
+	// batch is delivered and acknowledged. An error refuses the batch (the
+	// producer sends it again). A node-local store that fails to write
+	// does not refuse it: Received counts the rows for gap rows written
+	// once the store recovers, leaves their Cursor 0 and returns nil, so
+	// that the node's traffic goes on (the root's store_fault.go).
 	Received(p ProducerPos, rows []Row) error
 	// Lost records that messages of p's producer were lost for this node
 	// (the worker told CursorExpired), and p, the cursor it goes on from.
@@ -28,13 +35,29 @@ type Durable interface {
 	// compares with what it recorded of this producer before this node
 	// started; predInc and predFinal are the producer's previous
 	// incarnation and where it ended (Register.predecessor_*; 0: unknown).
-	Joined(p ProducerPos, told bool, predInc, predFinal uint64) error
+	// It returns the cursor the worker goes on from: p.Next, or further
+	// when the store already holds more of this producer incarnation (an
+	// earlier incarnation of this node got further than the join, which
+	// may reach back a little before this node started: see "Joined" in
+	// the root package doc); what it holds is not stored twice.
+	Joined(p ProducerPos, told bool, predInc, predFinal uint64) (next uint64, err error)
 	// Retired records that p's producer incarnation ended gracefully at
 	// p.Next with nothing left untold.
 	Retired(p ProducerPos) error
 	// Predecessor is this node's previous incarnation of group's producer
 	// and the write cursor it ended at gracefully (0, 0: unknown).
 	Predecessor(group uint32) (incarnation, final uint64)
+	// Leases reports whether this node records its producers' leases (a
+	// node-local store): without, Lease and Earlier do nothing.
+	Leases() bool
+	// Lease records that group's producer incarnation writes nothing after
+	// until without recording a new lease first. A position-only write: not
+	// fsynced (a process crash keeps it, a power loss may not).
+	Lease(group uint32, incarnation uint64, until time.Time) error
+	// Earlier is the last lease recorded for group's producer (ok false:
+	// none): read by a producer incarnation before it records its own, it
+	// bounds when the incarnation before it last wrote.
+	Earlier(group uint32) (incarnation uint64, until time.Time, ok bool)
 }
 
 // ProducerPos is one producer incarnation's position in a worker.

@@ -41,6 +41,9 @@ type Metrics struct {
 	sessionRefused                metric.Int64Counter
 	trimmedRows, trimmedBytes     metric.Int64Counter // retention (durable streams)
 	reservationsGauge             metric.Int64ObservableGauge
+	storeFailingGauge             metric.Int64ObservableGauge
+	storeFailing                  atomic.Int64 // 1 while the node-local store's writes fail
+	storeUnstored                 metric.Int64Counter
 	reservations                  atomic.Pointer[func() int64] // read by the gauge's callback
 	pubsubOnly                    metric.MeasurementOption
 	dropAttrs, bpAttrs            map[string]metric.MeasurementOption
@@ -172,6 +175,8 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		return nil, err
 	}
 	m.reservationsGauge = gauge("echopubsub.session.reservations", "{reservation}", "Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")
+	m.storeFailingGauge = gauge("echopubsub.store.failing", "1", "1 while this node's node-local durable store fails to write (live delivery goes on; what it cannot store becomes gap rows), else 0.")
+	m.storeUnstored = counter("echopubsub.store.unstored_rows", "{row}", "Durable rows this node received and delivered but its failing store could not write: each is counted in a gap row once the store recovers.")
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +212,9 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		if f := m.reservations.Load(); f != nil {
 			o.ObserveInt64(m.reservationsGauge, (*f)(), m.pubsubOnly)
 		}
+		o.ObserveInt64(m.storeFailingGauge, m.storeFailing.Load(), m.pubsubOnly)
 		return nil
-	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge)
+	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge, m.storeFailingGauge)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +260,7 @@ func (m *Metrics) recordZeros() {
 	m.sessionRefused.Add(ctx, 0, m.pubsubOnly)
 	m.trimmedRows.Add(ctx, 0, m.pubsubOnly)
 	m.trimmedBytes.Add(ctx, 0, m.pubsubOnly)
+	m.storeUnstored.Add(ctx, 0, m.pubsubOnly)
 }
 
 // Close unregisters the gauges' callback. Idempotent.
@@ -346,6 +353,27 @@ func (m *Metrics) RetentionTrimmed(rows, bytes uint64) {
 	if m != nil {
 		m.trimmedRows.Add(context.Background(), int64(rows), m.pubsubOnly)
 		m.trimmedBytes.Add(context.Background(), int64(bytes), m.pubsubOnly)
+	}
+}
+
+// StoreFailing sets the echopubsub.store.failing gauge. Safe on a nil
+// Metrics.
+func (m *Metrics) StoreFailing(failing bool) {
+	if m == nil {
+		return
+	}
+	v := int64(0)
+	if failing {
+		v = 1
+	}
+	m.storeFailing.Store(v)
+}
+
+// StoreUnstored counts n durable rows a failing store could not write.
+// Safe on a nil Metrics.
+func (m *Metrics) StoreUnstored(n int) {
+	if m != nil && n > 0 {
+		m.storeUnstored.Add(context.Background(), int64(n), m.pubsubOnly)
 	}
 }
 

@@ -26,16 +26,26 @@ func (e *Engine) Offer(s *Session, build func(deliveryID uint64) interface{}) Ou
 	return Delivered
 }
 
+// NoRoom is the Outcome of Catch for a row that would take the session
+// above SoftQueue when deliveries are not held (Limits.Wait 0): nothing was
+// reserved or sent, the rows wait in the store, and the engine calls
+// Pacer.Room once acks bring pending down to SoftQueue/2 (or the session
+// closes): offer the row again then. A catch-up so goes at its owner's
+// pace, with no timer to guess it.
+const NoRoom Outcome = Held + 1
+
 // Catch hands one catch-up row (a WithFrom subscription reading the store)
 // to s's owner, paced much as a live durable delivery is (Pace): at
 // SoftQueue it is Held until acks make room. An owner that acks nothing
 // for Limits.Wait (one that acks in groups larger than what it was given)
 // gets one more row per Wait, never up to HardQueue: a catch-up never
-// closes a session, its rows wait in the store. Unlike Pace, without pacing (no pacer, or Limits.Wait 0) a row that
-// would take pending above SoftQueue is Refused instead of counting
-// against HardQueue: the rows wait in the store, and the caller offers the
-// row again later. A full reservation table is Refused too (the session
-// was told, as for a live delivery).
+// closes a session, its rows wait in the store. Unlike Pace, with
+// Limits.Wait 0 a row that would take pending above SoftQueue is not
+// counted against HardQueue: it is NoRoom (Refused without a pacer), the
+// row waits in the store and the caller offers it again on Pacer.Room. A
+// full reservation table is Refused (the session was told, as for a live
+// delivery): room there is made by other sessions' acks, which do not call
+// this session's Room.
 func (e *Engine) Catch(s *Session, build func(deliveryID uint64) interface{}) Outcome {
 	s.mu.Lock()
 	if !s.open {
@@ -43,9 +53,14 @@ func (e *Engine) Catch(s *Session, build func(deliveryID uint64) interface{}) Ou
 		return NotOpen
 	}
 	if len(s.res)+1 > e.lim.SoftQueue {
-		if e.pacer == nil || e.lim.Wait <= 0 {
+		if e.pacer == nil {
 			s.mu.Unlock()
 			return Refused
+		}
+		if e.lim.Wait <= 0 {
+			s.roomWanted = true
+			s.mu.Unlock()
+			return NoRoom
 		}
 		stalled := s.stalled
 		s.stalled = false // one row per stall: the next waits again
