@@ -99,8 +99,8 @@ func TestSessionStalledOncePerTransition(t *testing.T) {
 		t.Fatalf("AckFirst: %v", err)
 	}
 	test.Eventually(t, 5*time.Second, func() bool { return resumed() == 1 }, o.describe)
-	if r := lastOf[*echopubsub.SessionResumed](o); r.SessionID != id || r.Pending != 3 {
-		t.Fatalf("SessionResumed %+v, want session %s, 3 pending", *r, id)
+	if r := lastOf[*echopubsub.SessionResumed](o); r.SessionID != id || r.Pending != 3 || r.Quiet < 4*stallAfter {
+		t.Fatalf("SessionResumed %+v, want session %s, 3 pending, quiet >= %v", *r, id, 4*stallAfter)
 	}
 	for nd.PS.Pending(id) > 0 {
 		if _, err := nd.PS.AckFirst(id); err != nil {

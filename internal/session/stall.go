@@ -81,9 +81,11 @@ func (e *Engine) watchAck(s *Session) {
 	if e.stallNotice == nil || e.lim.StallAfter <= 0 {
 		return
 	}
-	s.quiet = core.Monotonic()
+	now := core.Monotonic()
+	quiet := time.Duration(now - s.quiet)
+	s.quiet = now
 	if s.idle {
-		e.transition(s, false, 0)
+		e.transition(s, false, quiet)
 		if len(s.res) > 0 {
 			e.arm(s, e.lim.StallAfter)
 		}
