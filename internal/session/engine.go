@@ -216,6 +216,7 @@ type Session struct {
 	watch    *time.Timer
 	watching bool
 	idle     bool
+	heldOn   int // Handoff: pending deliveries already handed on to the consumer
 }
 
 // ID is the session's id.
@@ -411,7 +412,7 @@ func (e *Engine) release(s *Session, deliveryID uint64) {
 		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED)
 	}
 	e.acked(s)
-	e.watchAck(s)
+	e.watchAck(s, deliveryID)
 }
 
 // AckMany releases each of ids that s holds; the others are appended to

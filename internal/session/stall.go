@@ -22,8 +22,10 @@ import (
 // whichever is later. One timer per session (watch, made at its first
 // durable delivery and reset, never reallocated) checks it when it runs
 // out and re-arms for what is left, so an ack costs one clock read and no
-// timer operation. As for RoomWait, a Handoff session's clock does not run
-// while a delivery it was given is not yet handed on to its consumer.
+// timer operation. For a Handoff session only deliveries already handed on
+// to the consumer count (heldOn): what waits in the owner's own queue is
+// the server's time, not the consumer's, so the clock starts when the
+// consumer is handed its first unacknowledged delivery.
 
 // StallNotice builds the notice a session's owner gets at a stall
 // transition: stalled true when s just stalled, false when an ack ended
@@ -68,25 +70,57 @@ func (e *Engine) Stats(id string) (Stats, error) {
 // delivery starts the quiet clock, and the watch if it is not running.
 // Caller holds s.mu.
 func (e *Engine) watchDelivery(s *Session) {
-	if e.stallNotice == nil || e.lim.StallAfter <= 0 || len(s.res) > 0 {
+	if e.stallNotice == nil || e.lim.StallAfter <= 0 || len(s.res) > 0 || s.handoff {
 		return
 	}
 	s.quiet = core.Monotonic()
 	e.arm(s, e.lim.StallAfter)
 }
 
-// watchAck runs on every ack: it restarts the quiet clock and ends a
-// stall. Caller holds s.mu.
-func (e *Engine) watchAck(s *Session) {
+// watchHanded runs when a Handoff session's owner reports deliveries up to
+// deliveryID handed on (s.handed is still the previous report): those
+// still pending now wait for the consumer, and the first of them starts
+// its clock. Caller holds s.mu.
+func (e *Engine) watchHanded(s *Session, deliveryID uint64) {
 	if e.stallNotice == nil || e.lim.StallAfter <= 0 {
 		return
+	}
+	before := s.heldOn
+	for id := s.handed + 1; id <= deliveryID; id++ {
+		if _, ok := s.res[id]; ok {
+			s.heldOn++
+		}
+	}
+	if before == 0 && s.heldOn > 0 {
+		s.quiet = core.Monotonic()
+		e.arm(s, e.lim.StallAfter)
+	}
+}
+
+// holds reports whether s's consumer holds deliveries to ack: pending ones,
+// for a Handoff session pending ones it was handed. Caller holds s.mu.
+func (s *Session) holds() bool {
+	if s.handoff {
+		return s.heldOn > 0
+	}
+	return len(s.res) > 0
+}
+
+// watchAck runs on every ack (of deliveryID, already released): it
+// restarts the quiet clock and ends a stall. Caller holds s.mu.
+func (e *Engine) watchAck(s *Session, deliveryID uint64) {
+	if e.stallNotice == nil || e.lim.StallAfter <= 0 {
+		return
+	}
+	if s.handoff && deliveryID <= s.handed {
+		s.heldOn--
 	}
 	now := core.Monotonic()
 	quiet := time.Duration(now - s.quiet)
 	s.quiet = now
 	if s.idle {
 		e.transition(s, false, quiet)
-		if len(s.res) > 0 {
+		if s.holds() {
 			e.arm(s, e.lim.StallAfter)
 		}
 	}
@@ -106,22 +140,17 @@ func (e *Engine) arm(s *Session, d time.Duration) {
 	s.watch.Reset(d)
 }
 
-// check is the watch running out: s stalled if it held deliveries and
-// acked none for StallAfter; otherwise it checks again when that could
-// first be so (or at the next delivery, when none is pending).
+// check is the watch running out: s stalled if its consumer held
+// deliveries and acked none for StallAfter; otherwise it checks again when
+// that could first be so (or, when it holds none, once it is given one).
 func (e *Engine) check(s *Session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.watching = false
-	if !s.open || s.idle || len(s.res) == 0 {
+	if !s.open || s.idle || !s.holds() {
 		return
 	}
 	now := core.Monotonic()
-	if s.handoff && s.handed+1 < s.next {
-		// Not everything was handed on: that time is the owner's queue,
-		// not the consumer's (see Pacing). Count from now.
-		s.quiet = now
-	}
 	if left := time.Duration(s.quiet + int64(e.lim.StallAfter) - now); left > 0 {
 		e.arm(s, left)
 		return
