@@ -257,7 +257,8 @@ func (r rootSender) Exit(pid *actor.PID)                  { r.system.Root.Poison
 func (ps *PubSub) startSessions() error {
 	cfg := ps.cfg
 	lim := session.Limits{SoftQueue: cfg.SoftQueue, HardQueue: cfg.HardQueue, Action: session.Disconnect,
-		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems, Wait: cfg.RoomWait}
+		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems, Wait: cfg.RoomWait,
+		StallAfter: cfg.StallAfter}
 	if cfg.SlowConsumerAction == SlowConsumerExitOwner {
 		lim.Action = session.ExitOwner
 	}
@@ -269,6 +270,7 @@ func (ps *PubSub) startSessions() error {
 			}
 		})
 	eng.SetPacer(sessionPacer{system})
+	eng.SetStallNotice(stallNotice(ps.rt.Node))
 	mgr, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &sessionManager{} },
 		supervision.IgnorePoisonPill()), sessionManagerName(cfg.Name))
 	if err != nil {
@@ -291,7 +293,8 @@ func (ps *PubSub) stopSessions() error {
 
 // OpenSession opens an acknowledged session delivering to owner, a local
 // actor with any mailbox. The owner receives *Envelope for each delivery,
-// *messages.SessionPressure and *messages.SessionClosed notices, and the
+// *messages.SessionPressure, *messages.SessionClosed, *SessionStalled and
+// *SessionResumed notices, and the
 // pubsub's *messages.CursorExpired and *messages.BackPressure notices. The
 // session closes when the owner stops.
 func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session, error) {

@@ -63,7 +63,7 @@ func SpawnFollowOwnerAckingAfter(nd *Node, delay time.Duration) *FollowOwner {
 			default:
 				o.ack(m)
 			}
-		case *messages.SessionPressure: // pressure is not a loss
+		case *messages.SessionPressure, *echopubsub.SessionStalled, *echopubsub.SessionResumed: // pressure, a stall: not a loss
 		default:
 			o.mu.Lock()
 			o.notices = append(o.notices, m)

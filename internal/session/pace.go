@@ -149,6 +149,7 @@ func (e *Engine) Handed(id string, deliveryID uint64) error {
 		return nil
 	}
 	stopped := s.waiting && s.wait == nil
+	e.watchHanded(s, deliveryID)
 	s.handed = deliveryID
 	if stopped && s.handed+1 >= s.next {
 		e.startClock(s)
