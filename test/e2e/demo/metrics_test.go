@@ -21,7 +21,9 @@ import (
 // metrics` (Prometheus's own lint) with nothing to say, shows the series
 // the documented alerts use before anything happened (every counter at 0,
 // per peer), a round-trip histogram in seconds that resolves a loopback
-// round trip, and the buffer fill as a 0..1 ratio; the logs of the demo
+// round trip, and the buffer fill as a 0..1 ratio; every metric the
+// Grafana dashboard and the Prometheus rules of deploy/ name is one the
+// nodes export (checkDeployNamesExported); the logs of the demo
 // and its nodes, written to a file, carry no ANSI colour codes.
 func TestDemoMetricsAndLogsReadByTools(t *testing.T) {
 	promtool := findPromtool(t)
@@ -79,6 +81,9 @@ func TestDemoMetricsAndLogsReadByTools(t *testing.T) {
 			t.Errorf("promtool check metrics on node %d's /metrics: %v\n%s", i+1, err, out)
 		}
 	}
+
+	// Every metric the dashboard and the alert rules of deploy/ name.
+	checkDeployNamesExported(t, pages)
 
 	stopDemo(t, demo)
 	out := logs.String()
