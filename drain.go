@@ -2,9 +2,11 @@ package echopubsub
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub/actors/stream"
 )
@@ -52,12 +54,25 @@ func (ps *PubSub) drain(ctx context.Context) {
 	}
 	ev := ps.rt.Log.Info()
 	if len(away) > 0 {
-		ev = ps.rt.Log.Warn()
-		for node, lag := range away {
-			ev = ev.Uint64("unacked_"+node, lag)
-		}
+		ev = ps.rt.Log.Warn().Array("unacked", unackedList(away))
 	}
-	ev.Int("retired", retired).Int("away", len(away)).Dur("took", time.Since(start)).Msg("graceful stop: drained")
+	ev.Int("retired", retired).Int("away", len(away)).Dur("took_ms", time.Since(start)).Msg("graceful stop: drained")
+}
+
+// unackedList is what the nodes that were away had not acknowledged, as
+// [{"node": address, "lag": messages}, ...] in address order: the node is a
+// value, never part of a key, so a log query names one key for every node.
+func unackedList(away map[string]uint64) *zerolog.Array {
+	nodes := make([]string, 0, len(away))
+	for node := range away {
+		nodes = append(nodes, node)
+	}
+	sort.Strings(nodes)
+	arr := zerolog.Arr()
+	for _, node := range nodes {
+		arr = arr.Dict(zerolog.Dict().Str("node", node).Uint64("lag", away[node]))
+	}
+	return arr
 }
 
 // drainDeadline bounds the drain by at most d, and by three quarters of

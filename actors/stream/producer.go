@@ -1095,7 +1095,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	case cluster.Left:
 		if pe != nil && !pe.absent {
 			pe.absent = true
-			p.log.Info().Str("peer", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
+			p.log.Info().Str("peer", m.Name).Dur("forget_after_ms", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
 			p.checkDrain(ctx)
 		}
@@ -1159,7 +1159,7 @@ func (p *producer) watch(pe *peer, lag uint64) {
 		pe.stalled = stalled
 		if stalled {
 			p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Uint64("next", pe.next).Str("reason", stallReason(pe)).
-				Dur("stall_after", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
+				Dur("stall_after_ms", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
 		} else {
 			p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Msg("peer stream moves again")
 		}

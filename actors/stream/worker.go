@@ -364,7 +364,7 @@ func (w *worker) prune() bool {
 		}
 		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired, expected: k.expected}
 		dropped = true
-		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
+		w.log.Info().Str("producer", node).Dur("forget_after_ms", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
 	}
 	return dropped
 }
