@@ -113,6 +113,17 @@ func TestStartErrors(t *testing.T) {
 		return err
 	})
 	wantErr(t, "bad static address", err, `"no-port"`, "host:port")
+	err = call(func() error {
+		_, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(cluster.NewStatic()))
+		return err
+	})
+	wantErr(t, "static membership with no address", err, "static membership lists no address")
+	other := "127.0.0.1:1" // a list of nodes that leaves this one out
+	err = call(func() error {
+		_, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(cluster.NewStatic(other)))
+		return err
+	})
+	wantErr(t, "static membership without this node", err, `["127.0.0.1:1"]`, `does not list this node, "`+system.Address()+`"`)
 
 	// A failed Start leaves nothing behind: the same name starts afterwards.
 	ps, err := echopubsub.Start(system, cfg, echopubsub.WithLogger(log))
