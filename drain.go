@@ -16,7 +16,8 @@ import (
 // incarnation there, so the node's next start is not announced to their
 // subscribers as a "producer restarted" CursorExpired. It waits within ctx;
 // nodes that are away are not waited for (they are told when they return),
-// and what is left unacknowledged is logged with counts.
+// and what is left unacknowledged is logged with counts (a warning when a
+// node may lack messages).
 //
 // Each producer answers within its budget, nine tenths of the wait, whatever
 // its peers do (a stopped peer's calls each time out after a whole
@@ -27,7 +28,7 @@ import (
 func (ps *PubSub) drain(ctx context.Context) {
 	start := time.Now()
 	until := drainDeadline(ctx, 2*ps.rt.Cfg.CallTimeout)
-	retired, away := 0, map[string]uint64{}
+	retired, away, owed := 0, map[string]uint64{}, false
 	timeout := time.Until(until)
 	if timeout <= 0 { // protoactor treats a negative timeout as none at all
 		ps.rt.Log.Warn().Msg("graceful stop: no time left to drain")
@@ -47,14 +48,20 @@ func (ps *PubSub) drain(ctx context.Context) {
 			continue
 		}
 		retired += d.Retired
+		owed = owed || d.Owed
 		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor, d.LastWrite)
 		for node, lag := range d.Away {
 			away[node] += lag
 		}
 	}
+	// A warning only when a node may lack messages: one that is away
+	// owing nothing (it was stopped first, on purpose) is listed at Info.
 	ev := ps.rt.Log.Info()
+	if owed {
+		ev = ps.rt.Log.Warn()
+	}
 	if len(away) > 0 {
-		ev = ps.rt.Log.Warn().Array("unacked", unackedList(away))
+		ev = ev.Array("unacked", unackedList(away))
 	}
 	ev.Int("retired", retired).Int("away", len(away)).Dur("took_ms", time.Since(start)).Msg("graceful stop: drained")
 }

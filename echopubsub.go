@@ -640,7 +640,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
-		pubsubs.remove(ps.rt)
+		pubsubs.stop(ps.rt)
 		ps.dur.stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()

@@ -18,7 +18,7 @@ func newLog(level zerolog.Level) zerolog.Context {
 }
 
 // newLogTo is newLog writing to out. Each line's time has milliseconds:
-// zerolog's own timestamp has whole seconds (TimeFieldFormat, RFC 3339), so
+// zerolog's own timestamp has whole seconds (zerolog.TimeFieldFormat is RFC 3339), so
 // the console's ".000" would always print 000; the demo sets the time itself
 // rather than change zerolog's global format for the library too.
 func newLogTo(out io.Writer, noColor bool, level zerolog.Level) zerolog.Context {
