@@ -159,7 +159,11 @@
 // at SoftQueue pending the next one waits for acks, so that a backlog (a
 // node's catch-up) never closes an owner that acks at once; an owner that
 // acks nothing for Config.RoomWait is not paced until it acks again (see
-// "Pacing" in package internal/session). A full node-wide table
+// "Pacing" in package internal/session). An owner that hands its envelopes
+// on to the consumer that acks them, through a queue of its own (the
+// gateway: a socket's queue and writer), opens WithHandoff and reports
+// with Handed what it handed on, so that only the consumer's own time
+// counts against it. A full node-wide table
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.
@@ -221,7 +225,12 @@
 //     node appends what it receives: the publishing node in
 //     Broadcast, every other node in its worker, one transaction per
 //     batch, before it acknowledges the batch (an acknowledgement means
-//     stored). A cursor is per node: meaningful only on the node that
+//     stored). Each message is stored once: a worker that crashed while
+//     delivering a batch takes the rows it stored when the batch is sent
+//     again, and a join that reaches back before the node's Start (see
+//     Joined) goes on from where the store got to (what it holds there
+//     is history: not delivered live again, read from the store with
+//     WithFrom). A cursor is per node: meaningful only on the node that
 //     handed it out (a session lives on one node, so its client replays
 //     from that node's cursors). A cursor past a stream's end is
 //     ErrCursorBeyondEnd, never an empty page that would skip.

@@ -12,8 +12,9 @@ import (
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
-// gapCluster is two nodes, each on its own node-local store, durable room:*.
-func gapCluster(t *testing.T) ([]*test.Node, func(i int)) {
+// gapCluster is two nodes, each on its own node-local store ("node0",
+// "node1" of the Stores it returns), durable room:*.
+func gapCluster(t *testing.T) ([]*test.Node, func(i int), *test.Stores) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue = 400, 800
 	nodes := test.StartCluster(t, 2, cfg)
@@ -26,7 +27,7 @@ func gapCluster(t *testing.T) ([]*test.Node, func(i int)) {
 		nd.StopPubSub(t)
 		start(i)
 	}
-	return nodes, start
+	return nodes, start, stores
 }
 
 // replayAll replays room:1 on nd into a new session and returns what the
@@ -61,7 +62,7 @@ func replayAll(t *testing.T, nd *test.Node, pub string) ([]string, echopubsub.Re
 // Its store has a hole: replay on node 1 shows one gap row of exactly five
 // messages, where they were, and everything else.
 func TestReplayMarksWhatANodeMissedWhileAway(t *testing.T) {
-	nodes, start := gapCluster(t)
+	nodes, start, _ := gapCluster(t)
 	c := nodes[1].Subscribe(t, "room:1")
 	local := nodes[0].Subscribe(t, "room:1")
 	publishStamps(t, nodes[0], "room:1", "a", 1, 3)
@@ -102,7 +103,7 @@ func TestReplayMarksWhatANodeMissedWhileAway(t *testing.T) {
 // publishes more than its buffer holds; node 1 is told CursorExpired, and
 // its store gets a gap row there, never a silent hole.
 func TestReplayMarksACursorExpiry(t *testing.T) {
-	nodes, _ := gapCluster(t)
+	nodes, _, _ := gapCluster(t)
 	c := nodes[1].Subscribe(t, "room:1")
 	publishStamps(t, nodes[0], "room:1", "a", 1, 3)
 	wantStamps(t, c, 1, 2, 3)

@@ -148,7 +148,22 @@ type SessionOption func(*sessionOptions)
 type sessionOptions struct {
 	format   DeliveryFormat
 	identity string // WithIdentity (session_identity.go)
+	handoff  bool   // WithHandoff
 }
+
+// WithHandoff is for an owner that is not the consumer of its envelopes
+// but hands them on to one, through a queue of its own (the gateway: a
+// socket's outbound queue and writer), and reports with PubSub.Handed each
+// envelope the consumer was given. The session's RoomWait clock (see
+// SessionConfig.RoomWait) then counts only time after every envelope it
+// issued was handed on: time an envelope waits in the owner's own queue,
+// or in a slow write, is the server's and never makes a consumer that acks
+// promptly look stalled. An owner that opens with WithHandoff and never
+// calls Handed is never found stalled: its deliveries wait at SoftQueue,
+// and what follows them is bounded by MaxQueueLen (dropped newest, with a
+// BackPressure notice). Defaults to off: an envelope counts as the
+// consumer's once it is in the owner's mailbox.
+func WithHandoff() SessionOption { return func(o *sessionOptions) { o.handoff = true } }
 
 // WithDeliveryFormat chooses what the session's envelopes carry. Defaults to
 // Event.
@@ -310,6 +325,9 @@ func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session
 	s, err := ps.sess.engine.Open(id, owner, rec)
 	if err != nil {
 		return nil, err
+	}
+	if o.handoff {
+		ps.sess.engine.Handoff(s)
 	}
 	pid, err := ps.spawnSessionActor(s, rec)
 	if err == nil {
@@ -521,6 +539,16 @@ func (ps *PubSub) CloseSession(id string) error {
 // It does not allocate.
 func (ps *PubSub) Ack(id string, deliveryID uint64) (int, error) {
 	return ps.sess.engine.Ack(id, deliveryID)
+}
+
+// Handed tells session id (opened WithHandoff) that its owner handed the
+// envelopes up to deliveryID on to their consumer (a socket's writer wrote
+// them): from then on, their wait for an ack is the consumer's. Reports
+// only move forward; an older one changes nothing. A delivery id the
+// session never issued is ErrUnknownDelivery, an unknown session
+// ErrUnknownSession. It does not allocate (except on an error).
+func (ps *PubSub) Handed(id string, deliveryID uint64) error {
+	return ps.sess.engine.Handed(id, deliveryID)
 }
 
 // AckManyResult is AckMany's answer.

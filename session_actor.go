@@ -98,6 +98,8 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		ctx.Watch(a.s.Owner())
 	case *actor.Stopping:
 		a.stopFollowing()
+	case *actor.Stopped:
+		a.release()
 	case *actor.Terminated:
 		if m.Who.Equal(a.s.Owner()) {
 			a.ps.sess.engine.Close(a.s.ID(), messages.SessionCloseReason_SESSION_CLOSE_REASON_OWNER_STOPPED, "owner stopped")
@@ -125,6 +127,19 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 			a.pump()
 		}
 	}
+}
+
+// release drops what the stopped actor refers to. protoactor keeps stale
+// references to stopped actors: a *actor.PID caches its process, and the
+// session manager's set of children (actor.PIDSet) shrinks its slice
+// without clearing the slots it gives up, so a PID there keeps this actor,
+// and through it the session, its owner and everything the owner holds (a
+// gateway socket and its buffers), reachable long after the session
+// closed: in a run with 5,000 gateway sockets, 1,920 stayed in the heap.
+// Cut here, what stays is the actor's own small shell, at most one per
+// session the node held at its peak.
+func (a *sessionActor) release() {
+	*a = sessionActor{ps: a.ps}
 }
 
 // deliver hands d's envelope on, unless the session does not take it.

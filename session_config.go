@@ -75,10 +75,13 @@ type SessionConfig struct {
 	// session's queue, under MaxQueueLen like any subscriber's. An owner
 	// that acknowledges nothing for RoomWait while a delivery waits is not
 	// keeping up: its deliveries go on without waiting until its next ack,
-	// and SoftQueue's notice and HardQueue apply. 0 never waits (a backlog
-	// counts against HardQueue as it arrives; a WithFrom catch-up, whose
-	// rows can wait in the store, still stops at SoftQueue and goes on
-	// when acks make room). Must be >= 0. Defaults to 1s.
+	// and SoftQueue's notice and HardQueue apply; an ack restarts the
+	// clock. For a session opened WithHandoff the clock runs only while
+	// every envelope the session issued was handed on to the consumer
+	// (PubSub.Handed). 0 never waits (a backlog counts against HardQueue
+	// as it arrives; a WithFrom catch-up, whose rows can wait in the
+	// store, still stops at SoftQueue and goes on when acks make room).
+	// Must be >= 0. Defaults to 1s.
 	RoomWait time.Duration
 }
 

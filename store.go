@@ -351,11 +351,13 @@ func (d *durability) Lost(p core.ProducerPos, missed uint64, reason string) erro
 // Joined implements core.Durable: when the worker could not tell (this
 // node restarted since it last heard of the producer), the position
 // recorded before says whether this node's store missed messages while
-// the node was away.
-func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) error {
+// the node was away; and a join below that point (it may reach back a
+// little before this node started: see "Joined" in the package doc) goes
+// on from it, so that what the store holds is not stored again.
+func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64) (uint64, error) {
 	l := d.local()
 	if l == nil {
-		return nil
+		return p.Next, nil
 	}
 	old, ok, err := d.position(l, p.Node, p.Group)
 	reason := ""
@@ -372,6 +374,7 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 			missed = p.Next - old.Next
 			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
 		}
+		p.Next = max(p.Next, old.Next)
 	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
 		// The previous incarnation ended where this store got to (it
 		// retired here, or its node says so from its own store): only
@@ -384,11 +387,11 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
 	}
 	if reason == "" {
-		return d.write(l, localWrite{pos: producerPosition(p, false)})
+		return p.Next, d.write(l, localWrite{pos: producerPosition(p, false)})
 	}
 	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
 		Msg("durable streams: marking a gap")
-	return d.write(l, localWrite{mark: &Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
+	return p.Next, d.write(l, localWrite{mark: &Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
 }
 
 // Retired implements core.Durable.

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -47,7 +48,11 @@ import (
 // is a slow consumer like any session: the pubsub's SoftQueue and HardQueue
 // (echopubsub.Config) apply, and its SlowConsumerAction closes the
 // session, then the gateway closes the socket with a close frame saying
-// why.
+// why. Only the client's own time counts against it: sessions are opened
+// WithHandoff and the writer reports each envelope it wrote
+// (PubSub.Handed), so the time an envelope waits in the socket's queue or
+// in a slow write never makes a client that acks promptly look stalled
+// (RoomWait).
 type Gateway struct {
 	ps   *echopubsub.PubSub
 	cfg  Config
@@ -105,7 +110,9 @@ type Config struct {
 	// OutboundQueue is how many frames may wait for a socket's writer.
 	// Durable envelopes are bounded by the session's HardQueue first; a
 	// socket whose queue is full (ephemeral deliveries, notices) is a slow
-	// consumer and is closed. Default 4096; must be above the pubsub's
+	// consumer and is closed. The queue grows as frames come and gives its
+	// memory back once drained: an idle socket keeps at most 64 slots,
+	// whatever the bound. Default 4096; must be above the pubsub's
 	// HardQueue, so that the session's own rule acts first.
 	OutboundQueue int
 	// PingInterval is how often an idle socket is pinged; a peer that does
@@ -253,13 +260,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	defer g.wg.Done()
 
-	s := &socket{gw: g, identity: identity, out: make(chan outFrame, g.cfg.OutboundQueue),
+	s := &socket{gw: g, identity: identity, out: newOutQueue(g.cfg.OutboundQueue),
 		closeCh: make(chan struct{}), writerDone: make(chan struct{}), subs: map[string]bool{},
 		requests: map[uint64]*echopubsub.Envelope{}}
 	system := g.ps.ActorSystem()
 	s.owner = system.Root.Spawn(actor.PropsFromFunc(s.receive))
 	defer func() { _ = system.Root.StopFuture(s.owner).Wait() }()
-	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity))
+	// WithHandoff: the writer reports each envelope it wrote (Handed), so
+	// that time in this socket's queue and writes is never the client's.
+	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity), echopubsub.WithHandoff())
 	if err != nil {
 		http.Error(w, "session: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -307,7 +316,7 @@ type socket struct {
 	sid      string
 	owner    *actor.PID
 
-	out        chan outFrame // never closed: a late send is dropped with the socket
+	out        *outQueue // frames for the writer; a late send is dropped with the socket
 	closeOnce  sync.Once
 	closeCh    chan struct{} // closed by requestClose
 	writerDone chan struct{}
@@ -365,9 +374,7 @@ func (s *socket) receive(ctx actor.Context) {
 // send queues f for the writer; a full queue makes the socket a slow
 // consumer.
 func (s *socket) send(f outFrame) {
-	select {
-	case s.out <- f:
-	default:
+	if !s.out.push(f) {
 		s.requestClose(websocket.StatusPolicyViolation, "slow consumer: outbound queue full", false)
 		// Nothing more can reach this client: stop reserving for it now.
 		_ = s.gw.ps.CloseSession(s.sid)
@@ -415,24 +422,17 @@ func (s *socket) writeLoop() {
 				_ = s.conn.CloseNow()
 				return
 			}
-		case f := <-s.out:
-			if err := s.write(f); err != nil {
+		case <-s.out.ready:
+			if err := s.drain(true); err != nil {
 				s.requestClose(websocket.StatusPolicyViolation, "slow consumer: write timed out", false)
 				_ = s.conn.CloseNow()
 				return
 			}
 		case <-s.closeCh:
 			if s.flush {
-				for drained := false; !drained; {
-					select {
-					case f := <-s.out:
-						if err := s.write(f); err != nil {
-							_ = s.conn.CloseNow()
-							return
-						}
-					default:
-						drained = true
-					}
+				if err := s.drain(false); err != nil {
+					_ = s.conn.CloseNow()
+					return
 				}
 			}
 			_ = s.conn.Close(s.closeCode, s.closeReason)
@@ -441,6 +441,35 @@ func (s *socket) writeLoop() {
 	}
 }
 
+// drain writes queued frames until the queue is empty or, when stopAtClose
+// is set, a close was requested (writeLoop then closes, flushing or not).
+func (s *socket) drain(stopAtClose bool) error {
+	for {
+		if stopAtClose {
+			select {
+			case <-s.closeCh:
+				return nil
+			default:
+			}
+		}
+		f, ok := s.out.pop()
+		if !ok {
+			return nil
+		}
+		if err := s.write(f); err != nil {
+			return err
+		}
+		// One frame, then the other sockets' goroutines: a writer with a
+		// long queue would otherwise keep a CPU for a whole time slice
+		// while the acks of other sockets wait to be read, and a client
+		// whose ack the server has not read yet looks stalled.
+		runtime.Gosched()
+	}
+}
+
+// write encodes and writes one frame. Once a durable envelope is written
+// the session is told (Handed): the wait for its ack is the client's from
+// now, not before.
 func (s *socket) write(f outFrame) error {
 	b := f.raw
 	switch {
@@ -451,7 +480,13 @@ func (s *socket) write(f outFrame) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.gw.cfg.WriteTimeout)
 	defer cancel()
-	return s.conn.Write(ctx, websocket.MessageText, b)
+	if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		return err
+	}
+	if f.env != nil && f.env.DeliveryID > 0 {
+		_ = s.gw.ps.Handed(s.sid, f.env.DeliveryID) // fails only once the session is closed: nothing to tell
+	}
+	return nil
 }
 
 func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {

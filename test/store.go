@@ -32,5 +32,9 @@ func (s *Stores) Option(name string) echopubsub.Option {
 	return echopubsub.WithStore(st)
 }
 
+// Store is the handle Option last gave for name (nil: none yet): the
+// node's rows, to read them.
+func (s *Stores) Store(name string) *MemStore { return s.open[name] }
+
 // WithMemStore is WithStore of a new in-memory store.
 func WithMemStore() echopubsub.Option { return echopubsub.WithStore(NewMemStore()) }

@@ -31,6 +31,23 @@ type known struct {
 	// entry and told the subscribers CursorExpired (0: none); reported in
 	// RegisterAck.told_join.
 	toldJoin uint64
+	// The last batch worker.store handed to the durable store: producer
+	// cursors storedFrom up to storedTo, each entry's store cursor at
+	// storedAt[c-storedFrom] (0 or nil: not stored here). The table
+	// outlives a crash of the worker: when it crashes in the middle of
+	// delivering that batch, the resend reuses the rows of the entries
+	// from expected to storedTo instead of appending them again.
+	storedFrom, storedTo uint64
+	storedAt             []uint64
+}
+
+// storedCursor is the store cursor the last stored batch gave producer
+// cursor c (0: none).
+func (k *known) storedCursor(c uint64) uint64 {
+	if c < k.storedFrom || c-k.storedFrom >= uint64(len(k.storedAt)) {
+		return 0
+	}
+	return k.storedAt[c-k.storedFrom]
 }
 
 // maxProducers bounds a worker's producer table: one entry per producing
@@ -303,13 +320,14 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group,
 			Reason: "an earlier incarnation of the producer wrote after this node started and never reached it"}
 	}
+	next := m.NextCursor
 	if w.dur != nil { // recorded first: a store that fails changes nothing (the producer joins again)
 		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
 		var err error
 		if ce != nil {
 			err = w.dur.Lost(pos, ce.Missed, ce.Reason)
 		} else {
-			err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
+			next, err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
 		}
 		if err != nil {
 			return k, fmt.Errorf("durable store: %w", err)
@@ -322,7 +340,7 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 		k = &known{}
 		w.table.producers[m.ProducerNode] = k
 	}
-	*k = known{incarnation: m.ProducerIncarnation, expected: m.NextCursor, toldJoin: told}
+	*k = known{incarnation: m.ProducerIncarnation, expected: next, toldJoin: told}
 	delete(w.table.forgot, m.ProducerNode)
 	return k, nil
 }
@@ -432,6 +450,9 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 			w.hook.Delivered(m.ProducerNode, d.next-1)
 		}
 	}
+	if k.expected >= k.storedTo {
+		k.storedAt = nil // every stored entry delivered: no resend needs its row
+	}
 	delivered := d.delivered
 	w.m.Delivered.Add(context.Background(), delivered, w.m.Group(w.group))
 	if d.passed > 0 {
@@ -462,9 +483,13 @@ func (w *worker) passOver(m *messages.Batch, d *batchDelivery) {
 // is delivered: an acknowledged batch is stored. It returns each entry's
 // cursor in this node's store (indexed by the entry's position in the
 // batch; 0: not stored here), or nil when the batch stored nothing here.
+// An entry stored before and not delivered yet (the worker crashed while
+// delivering its batch: see known.storedTo) is not appended again: it
+// keeps its row.
 func (w *worker) store(m *messages.Batch, k *known, bad []bool) ([]uint64, error) {
 	var rows []core.Row
 	var at []int // rows[i] is entry at[i]
+	var stored []uint64
 	it := m.Entries()
 	c := m.FirstCursor
 	for {
@@ -477,25 +502,37 @@ func (w *worker) store(m *messages.Batch, k *known, bad []bool) ([]uint64, error
 		if cur < k.expected || only != "" || (bad != nil && bad[it.TopicIndex()]) || !w.dur.IsDurable(topic) {
 			continue
 		}
+		if cur < k.storedTo {
+			stored = setStored(stored, m, int(cur-m.FirstCursor), k.storedCursor(cur))
+			continue
+		}
 		rows = append(rows, core.Row{Topic: topic, PayloadType: m.PayloadType(ti), Payload: payload, Cursor: it.StoreCursor()})
 		at = append(at, int(cur-m.FirstCursor))
 	}
-	if c <= k.expected {
-		return nil, nil // nothing new: a redelivery
+	if c <= max(k.expected, k.storedTo) {
+		return stored, nil // nothing new: a redelivery
 	}
 	if err := w.dur.Received(core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: c}, rows); err != nil {
 		return nil, err
 	}
-	var stored []uint64
 	for i, r := range rows {
-		if r.Cursor != 0 {
-			if stored == nil {
-				stored = make([]uint64, m.Len())
-			}
-			stored[at[i]] = r.Cursor
-		}
+		stored = setStored(stored, m, at[i], r.Cursor)
 	}
+	k.storedFrom, k.storedTo, k.storedAt = m.FirstCursor, c, stored
 	return stored, nil
+}
+
+// setStored sets entry i's store cursor in stored (made for m's entries
+// when it is nil and cursor is not 0).
+func setStored(stored []uint64, m *messages.Batch, i int, cursor uint64) []uint64 {
+	if cursor == 0 {
+		return stored
+	}
+	if stored == nil {
+		stored = make([]uint64, m.Len())
+	}
+	stored[i] = cursor
+	return stored
 }
 
 // batchDelivery hands a batch's entries to this node's subscribers in

@@ -35,7 +35,12 @@ type Durable interface {
 	// compares with what it recorded of this producer before this node
 	// started; predInc and predFinal are the producer's previous
 	// incarnation and where it ended (Register.predecessor_*; 0: unknown).
-	Joined(p ProducerPos, told bool, predInc, predFinal uint64) error
+	// It returns the cursor the worker goes on from: p.Next, or further
+	// when the store already holds more of this producer incarnation (an
+	// earlier incarnation of this node got further than the join, which
+	// may reach back a little before this node started: see "Joined" in
+	// the root package doc); what it holds is not stored twice.
+	Joined(p ProducerPos, told bool, predInc, predFinal uint64) (next uint64, err error)
 	// Retired records that p's producer incarnation ended gracefully at
 	// p.Next with nothing left untold.
 	Retired(p ProducerPos) error

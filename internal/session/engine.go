@@ -54,7 +54,16 @@
 // stopped; one that acknowledges at least once per Wait is held at
 // SoftQueue and never reaches it (if it keeps falling behind, its queue
 // reaches MaxQueueLen and it is dropped for, and told, as a plain
-// subscriber is).
+// subscriber is). The clock measures Wait with no ack: an ack while a
+// delivery is held restarts it (checked when it runs out, so a stall
+// comes between Wait and 2*Wait after the last ack).
+//
+// An owner that is not the consumer but hands the envelopes on to one (the
+// gateway: a socket's outbound queue, then its writer) marks its session
+// Handoff and reports with Handed each delivery its consumer was given.
+// Its clock then runs only while everything the session issued was handed
+// on: time a delivery spends in the owner's own queue, or in a slow write,
+// is the server's and never counts against the consumer.
 //
 // # Concurrency
 //
@@ -187,9 +196,14 @@ type Session struct {
 	pressure bool                // above SoftQueue (notice sent)
 	full     bool                // refused for a full table (notice sent)
 	refused  uint64              // refused since full
-	waiting  bool                // a delivery is held for room (Pace); wait ends it
+	waiting  bool                // a delivery is held for room (Pace); endWait or stall ends it
 	stalled  bool                // Wait passed with no ack: not held until the next ack
-	wait     *time.Timer
+	wait     *time.Timer         // the running clock of a wait; nil: not waiting, or stopped (Handoff)
+	clock    uint64              // the clock's generation: a timer of an older one is ignored
+	acks     uint64              // releases so far
+	ackMark  uint64              // acks when the clock started: one since restarts it
+	handoff  bool                // the owner reports what it handed on (Handed)
+	handed   uint64              // the highest delivery id reported handed on
 	// roomWanted: a catch-up row was NoRoom (Catch): Room once acks make
 	// room, as for a held delivery, but with no stall timer.
 	roomWanted bool

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -43,24 +44,57 @@ func (e *Engine) hold(s *Session) bool {
 	return true
 }
 
-// wait makes s's actor wait for room, with the stall timer running. Caller
-// holds s.mu.
+// wait makes s's actor wait for room, with its clock started. Caller holds
+// s.mu.
 func (e *Engine) wait(s *Session) {
 	if !s.waiting {
 		s.waiting = true
-		s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s) })
+		e.startClock(s)
 	}
 	e.pacer.Hold(s) // again on every Held: a restarted actor's mailbox was resumed
 }
 
+// startClock (re)starts the clock of waiting session s: Limits.Wait from
+// now with no ack stalls it. For a session whose owner hands its
+// deliveries on (Handoff) the clock stays stopped while a delivery it was
+// given is not yet handed on: that time is spent in the owner's own
+// queue, not by the consumer who acks; Handed starts it once everything
+// was. Caller holds s.mu.
+func (e *Engine) startClock(s *Session) {
+	e.stopClock(s)
+	if s.handoff && s.handed+1 < s.next {
+		return // stopped until Handed
+	}
+	s.ackMark = s.acks
+	gen := s.clock
+	s.wait = time.AfterFunc(e.lim.Wait, func() { e.stall(s, gen) })
+}
+
+// stopClock stops s's clock; a timer of the clock that already fired is
+// ignored (its generation is old). Caller holds s.mu.
+func (e *Engine) stopClock(s *Session) {
+	s.clock++
+	if s.wait != nil {
+		s.wait.Stop()
+		s.wait = nil
+	}
+}
+
 // stall ends a wait that Limits.Wait outlasted with no ack: the owner is not
 // keeping up, and its deliveries go on under Deliver's rules until it acks.
-func (e *Engine) stall(s *Session) {
+// An ack since the clock started restarts it instead: the clock measures
+// Wait with no ack, not Wait until there is room.
+func (e *Engine) stall(s *Session, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.waiting || !s.open {
+	if !s.waiting || !s.open || gen != s.clock {
 		return
 	}
+	if s.acks != s.ackMark {
+		e.startClock(s)
+		return
+	}
+	s.wait = nil
 	s.waiting, s.stalled = false, true
 	e.log.Warn().Str("owner", s.owner.String()).Int("pending", len(s.res)).Dur("wait_ms", e.lim.Wait).
 		Msg("session owner acknowledged nothing while deliveries waited for room: delivering on, HardQueue applies")
@@ -72,6 +106,7 @@ func (e *Engine) stall(s *Session) {
 // pending is down to SoftQueue/2. Caller holds s.mu.
 func (e *Engine) acked(s *Session) {
 	s.stalled = false
+	s.acks++
 	if (s.waiting || s.roomWanted) && len(s.res) <= e.lim.SoftQueue/2 {
 		e.endWait(s)
 	}
@@ -82,8 +117,41 @@ func (e *Engine) acked(s *Session) {
 func (e *Engine) endWait(s *Session) {
 	if s.waiting {
 		s.waiting = false
-		s.wait.Stop()
+		e.stopClock(s)
 	}
 	s.roomWanted = false
 	e.pacer.Room(s)
+}
+
+// Handoff marks s as a session whose owner hands its deliveries on to the
+// consumer that acks them (a socket's writer) and reports each with
+// Handed: its clock (see Pacing) then counts only time after a delivery
+// was handed on. Call it right after Open, before the first delivery.
+func (e *Engine) Handoff(s *Session) {
+	s.mu.Lock()
+	s.handoff = true
+	s.mu.Unlock()
+}
+
+// Handed records that session id's owner handed its deliveries up to
+// deliveryID on to their consumer (ids only grow: an older report changes
+// nothing). A delivery id the session never issued is ErrUnknownDelivery.
+func (e *Engine) Handed(id string, deliveryID uint64) error {
+	s, err := e.openLocked(id)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if deliveryID == 0 || deliveryID >= s.next {
+		return fmt.Errorf("%w: %d was never issued (next is %d)", ErrUnknownDelivery, deliveryID, s.next)
+	}
+	if deliveryID <= s.handed {
+		return nil
+	}
+	stopped := s.waiting && s.wait == nil
+	s.handed = deliveryID
+	if stopped && s.handed+1 >= s.next {
+		e.startClock(s)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -199,5 +201,89 @@ func TestCatchWithoutWaitResumesOnTheAckThatMakesRoom(t *testing.T) {
 	e.Close("a", messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "test")
 	if got := p.String(); got != "room room " {
 		t.Fatalf("calls %q after Close, want room room", got)
+	}
+}
+
+// noRoom fails if p is told Room within d (a stall the clock must not
+// make); d bounds how long the clock had to make it.
+func noRoom(t *testing.T, p *pacer, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-p.room:
+		t.Fatalf("%s: room (a stall) within %v: %s", what, d, p)
+	case <-time.After(d):
+	}
+}
+
+// A Handoff session's clock runs only once every delivery it issued was
+// handed on (Handed): time in the owner's own queue never counts. Once
+// all are, Wait with no ack stalls it as any session.
+func TestPaceHandoffClockStartsWhenAllHanded(t *testing.T) {
+	const wait = 30 * time.Millisecond
+	lim := Limits{SoftQueue: 4, HardQueue: 100, MaxReservations: 1000, MaxBatchItems: 10, Wait: wait}
+	e := New(lim, "n", newRecorder(), zerolog.Nop(), nil)
+	p := &pacer{room: make(chan struct{}, 1)}
+	e.SetPacer(p)
+	s := open(t, e, "a")
+	e.Handoff(s)
+	for i := 0; i < 4; i++ {
+		pace(e, s, true)
+	}
+	if o := pace(e, s, true); o != Held {
+		t.Fatalf("at SoftQueue: %v, want Held", o)
+	}
+	noRoom(t, p, 5*wait, "nothing handed on")
+	if err := e.Handed("a", 3); err != nil {
+		t.Fatal(err)
+	}
+	noRoom(t, p, 5*wait, "3 of 4 handed on")
+	if err := e.Handed("a", 5); !errors.Is(err, ErrUnknownDelivery) {
+		t.Fatalf("Handed of an id never issued: %v, want ErrUnknownDelivery", err)
+	}
+	handed := time.Now()
+	if err := e.Handed("a", 4); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.room:
+		if d := time.Since(handed); d < wait {
+			t.Fatalf("stalled %v after the last delivery was handed on, want >= Wait %v", d, wait)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("all handed on, no ack: no stall after 10 s: %s", p)
+	}
+	if err := e.Handed("a", 2); err != nil { // an older report changes nothing
+		t.Fatal(err)
+	}
+}
+
+// The clock measures Wait with no ack: an owner that acks while held, but
+// not yet down to SoftQueue/2, is not stalled; once it stops acking it is.
+func TestPaceAckRestartsClock(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	lim := Limits{SoftQueue: 20, HardQueue: 100, MaxReservations: 1000, MaxBatchItems: 10, Wait: wait}
+	e := New(lim, "n", newRecorder(), zerolog.Nop(), nil)
+	p := &pacer{room: make(chan struct{}, 1)}
+	e.SetPacer(p)
+	s := open(t, e, "a")
+	for i := 0; i < 20; i++ {
+		pace(e, s, true)
+	}
+	if o := pace(e, s, true); o != Held {
+		t.Fatalf("at SoftQueue: %v, want Held", o)
+	}
+	for id := uint64(1); id <= 8; id++ { // 8 acks over 2*Wait: pending 12, above SoftQueue/2
+		noRoom(t, p, wait/4, fmt.Sprintf("acking, before ack %d", id))
+		if _, err := e.Ack("a", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-p.room:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("acks stopped: no stall after 10 s: %s", p)
+	}
+	if p.String() != "hold room " {
+		t.Fatalf("calls %s", p)
 	}
 }

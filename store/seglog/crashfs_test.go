@@ -121,6 +121,22 @@ func (c *crashFS) Remove(name string) error {
 	return nil
 }
 
+func (c *crashFS) Rename(oldName, newName string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.step() {
+		return errPowerLost
+	}
+	f := c.files[oldName]
+	if f == nil {
+		return fmt.Errorf("rename %s: %w", oldName, os.ErrNotExist)
+	}
+	delete(c.files, oldName)
+	f.name = newName
+	c.files[newName] = f
+	return nil
+}
+
 func (c *crashFS) SyncDir(string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -169,6 +185,33 @@ func (c *crashFS) image(seed int64) *crashFS {
 		}
 		g.synced = append([]byte(nil), g.data...)
 		out.files[name], out.durable[name] = g, g
+	}
+	return out
+}
+
+// killImage is the storage after the process alone died (kill -9): the
+// page cache keeps every write, but what no fdatasync covered is still
+// not durable (a power loss later drops or tears it), and directory
+// entries not synced are still not durable.
+func (c *crashFS) killImage() *crashFS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := newCrashFS(0)
+	copies := map[*memFile]*memFile{}
+	cp := func(f *memFile) *memFile {
+		if g := copies[f]; g != nil {
+			return g
+		}
+		g := &memFile{name: f.name, data: append([]byte(nil), f.data...), synced: append([]byte(nil), f.synced...),
+			pending: append([]fileOp(nil), f.pending...)}
+		copies[f] = g
+		return g
+	}
+	for name, f := range c.files {
+		out.files[name] = cp(f)
+	}
+	for name, f := range c.durable {
+		out.durable[name] = cp(f)
 	}
 	return out
 }

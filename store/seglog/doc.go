@@ -67,12 +67,15 @@
 // unknown), so that no cursor is handed out for a second row. A stream
 // whose every row was in those bytes is unknown to the repaired log (its
 // name is lost with them). The repair is logged and counted
-// (echopubsub.store.recovery_cut, cause "repair").
+// (echopubsub.store.recovery_cut, cause "repair"). It survives a power
+// loss: the repaired segment is written beside the damaged one and
+// renamed over it once on disk, and the segments after it go last; a
+// repair stopped part way is finished by the next Open with WithRepair.
 //
 // Damage that hits only the last commit's bytes cannot be told from a
-// torn write: it is cut off as one. A frame of version 1 (before frames
-// recorded what was fdatasynced) or a trim's snapshot after a bad frame
-// counts as a frame written after it reached the disk.
+// torn write: it is cut off as one. A frame written before frames
+// recorded what was fdatasynced (frame version 1, snapshot version 2)
+// after a bad frame counts as one written after it reached the disk.
 //
 // # Costs and limits
 //

@@ -41,18 +41,22 @@ import (
 // before it removes a segment: what a replay that starts after the
 // removed segments needs to know.
 //
-//	body:   snapshotVersion
+//	body:   snapshotVersion (4)
+//	        uvarint synced (as a frame's)
 //	        uvarint stream count, then each stream whose first kept
 //	        cursor is above 1: uvarint len, stream; uvarint first kept;
 //	        uvarint end (its last cursor: first - 1 when no row is kept)
 //	        uvarint position count, then each producer position (as
 //	        above, without the presence byte)
+//
+// Snapshots of version 2, without synced, are still read.
 const (
-	segMagic        = "EPSLOG\x00\x01"
-	frameHeader     = 8
-	frameVersion    = 3
-	frameVersionV1  = 1
-	snapshotVersion = 2
+	segMagic          = "EPSLOG\x00\x01"
+	frameHeader       = 8
+	frameVersion      = 3
+	frameVersionV1    = 1
+	snapshotVersion   = 4
+	snapshotVersionV2 = 2
 	// maxFrame bounds one frame's body (one call's rows), so that an
 	// offset within a segment fits 32 bits.
 	maxFrame = 1 << 30
@@ -119,7 +123,14 @@ func decodeFrame(body []byte) (frame, error) {
 		f.synced = d.uvarint()
 	case frameVersionV1:
 	case snapshotVersion:
-		return decodeSnapshot(&d)
+		synced := d.uvarint()
+		f, err := decodeSnapshot(&d)
+		f.version, f.synced = snapshotVersion, synced
+		return f, err
+	case snapshotVersionV2:
+		f, err := decodeSnapshot(&d)
+		f.version = snapshotVersionV2
+		return f, err
 	default:
 		return f, errors.New("frame of unknown version")
 	}
@@ -279,10 +290,11 @@ func (w *frameWriter) position(pos *core.ProducerPosition) {
 }
 
 // snapshot appends sn as one snapshot frame; false: over maxFrame.
-func (w *frameWriter) snapshot(sn *snapshot) bool {
+func (w *frameWriter) snapshot(sn *snapshot, synced int64) bool {
 	w.start = len(w.buf)
 	w.buf = append(w.buf, make([]byte, frameHeader)...)
 	w.buf = append(w.buf, snapshotVersion)
+	w.buf = binary.AppendUvarint(w.buf, uint64(synced))
 	w.buf = binary.AppendUvarint(w.buf, uint64(len(sn.streams)))
 	for _, st := range sn.streams {
 		w.buf = binary.AppendUvarint(w.buf, uint64(len(st.name)))

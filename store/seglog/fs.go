@@ -18,6 +18,8 @@ type fileSys interface {
 	// ReadDir lists the names in dir.
 	ReadDir(dir string) ([]string, error)
 	Remove(name string) error
+	// Rename replaces newName with oldName's file, atomically.
+	Rename(oldName, newName string) error
 	// SyncDir makes dir's entries (files created or removed) durable.
 	SyncDir(dir string) error
 }
@@ -61,6 +63,8 @@ func (osFS) ReadDir(dir string) ([]string, error) {
 }
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
+
+func (osFS) Rename(oldName, newName string) error { return os.Rename(oldName, newName) }
 
 func (osFS) SyncDir(dir string) error { return syncDir(dir) }
 

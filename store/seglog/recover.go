@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/storekit"
 )
 
@@ -57,6 +58,28 @@ func segments(fs fileSys, dir string) ([]uint32, error) {
 // A snapshot must also agree with the rows before it on each stream's
 // end.
 func (s *Store) recover() error {
+	err := s.replayAll()
+	if !errors.Is(err, errRepaired) {
+		return err
+	}
+	// The repaired segment replaced the damaged one: replay it all again.
+	s.reset()
+	s.repair = false // a second damage now is an error
+	return s.replayAll()
+}
+
+// reset forgets what a replay built (before the next one).
+func (s *Store) reset() {
+	for id, f := range s.segs {
+		_ = f.Close()
+		delete(s.segs, id)
+	}
+	s.streams, s.positions, s.live = map[string]*stream{}, map[posKey]core.ProducerPosition{}, map[uint32]int{}
+	s.active, s.activeID, s.size, s.synced, s.firstSeg, s.snapSeg = nil, 0, 0, 0, 0, 0
+}
+
+// replayAll is recover's one pass over the segments.
+func (s *Store) replayAll() error {
 	ids, err := segments(s.fs, s.dir)
 	if err != nil {
 		return err
@@ -77,7 +100,7 @@ func (s *Store) recover() error {
 			if err := s.repairAt(d, ids[i+1:]); err != nil {
 				return fmt.Errorf("%v: repair failed: %w", d.err, err)
 			}
-			break
+			return errRepaired
 		}
 	}
 	for _, name := range sortedNames(s.streams) {
@@ -184,11 +207,11 @@ func framesAfter(b []byte, off int) []laterFrame {
 // what a crash left: the last commits' bytes, written after the last
 // fdatasync that returned. It is not when a whole frame after it was
 // written once an fdatasync had covered off (its synced): those bytes had
-// reached the disk. A frame that does not record synced (version 1, a
-// snapshot) after a bad one is taken as damage.
+// reached the disk. A frame that does not record synced (frame version
+// 1, snapshot version 2) after a bad one is taken as damage.
 func tornAt(later []laterFrame, off int) bool {
 	for _, l := range later {
-		if l.fr.version != frameVersion || l.fr.synced > uint64(off) {
+		if l.fr.version != frameVersion && l.fr.version != snapshotVersion || l.fr.synced > uint64(off) {
 			return false
 		}
 	}
@@ -313,7 +336,6 @@ func (s *Store) cutTail(f segFile, off, size, frames int) error {
 	s.log.Warn().Str("file", f.Name()).Int("offset", off).Int("bytes", size-off).Int("whole_frames_after", frames).
 		Msg("seglog: cutting off a torn tail (the last commits, not on disk whole when the machine stopped: never acknowledged)")
 	s.tailCut.Add(context.Background(), int64(size-off), metric.WithAttributes(attribute.String("cause", "torn_tail")))
-	s.report.tornFile, s.report.tornOffset, s.report.tornBytes = f.Name(), off, size-off
 	if err := f.Truncate(int64(off)); err != nil {
 		return err
 	}

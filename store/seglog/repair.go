@@ -2,6 +2,7 @@ package seglog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -69,19 +70,33 @@ func walkFrames(b []byte, off int) []event {
 	return out
 }
 
+// errRepaired: repairAt replaced the damaged segment; Open replays again.
+var errRepaired = errors.New("seglog: repaired")
+
 // repairAt repairs the damage d (WithRepair; Open, before the committer
-// starts): the index holds every frame before it. It moves the damaged
-// segment's bytes from d.off on, and the segments after it (rest), to
-// .cut files beside them, and appends in their place, per stream, every
-// cursor it cannot rule out was handed out: the rows of the whole frames
-// it found past the damage again (their records are intact), and a gap
-// row for each other one (Missed 1 for a cursor that was handed out; 0,
-// unknown, for one past every cursor found, which bytes that read back
-// as nothing may have held). No cursor is then handed out for a second
-// row, and a reader is told of each row lost (*StreamGap).
+// starts): the index holds every frame before it. It writes the repaired
+// segment: d's segment up to the damage, then, per stream, every cursor
+// it cannot rule out was handed out past the damage: the rows of the
+// whole frames it found there again (their records are intact), and a
+// gap row for each other one (Missed 1 for a cursor that was handed out;
+// 0, unknown, for one past every cursor found, which bytes that read back
+// as nothing may have held), and the last position of each producer. No
+// cursor is then handed out for a second row, and a reader is told of
+// each row lost (*StreamGap).
+//
+// Crash-safe in this order: the repaired segment is written to a .repair
+// file and fdatasynced; the bytes it replaces (the damaged segment's
+// from d.off, the segments after it: rest) are copied to .cut files; the
+// .repair file is renamed over the damaged segment; then the segments
+// after it are removed, each step made durable (directory fsync) before
+// the next. A crash before the rename leaves the damage as it was; after
+// it, the segments not yet removed repeat cursors of the repaired one,
+// which the next Open (with WithRepair) repairs by removing them.
 func (s *Store) repairAt(d *damage, rest []uint32) error {
 	events := walkFrames(d.b, d.off)
 	moved := len(d.b) - d.off
+	path := filepath.Join(s.dir, segName(d.id))
+	cuts := map[string][]byte{fmt.Sprintf("%s.%d.cut", path, d.off): d.b[d.off:]}
 	var restFiles []string
 	for _, id := range rest {
 		p := filepath.Join(s.dir, segName(id))
@@ -101,12 +116,24 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 		}
 		moved += len(b)
 		restFiles = append(restFiles, p)
-		if err := s.saveCut(p+".cut", b); err != nil {
+		cuts[p+".cut"] = b
+	}
+	repaired, err := s.repaired(d, events, moved)
+	if err != nil {
+		return err
+	}
+	if err := s.writeFile(path+".repair", repaired); err != nil {
+		return err
+	}
+	for _, p := range sortedNames(cuts) {
+		if err := s.writeFile(p, cuts[p]); err != nil {
 			return err
 		}
 	}
-	recs, pos := s.salvage(d, events)
-	if err := s.saveCut(fmt.Sprintf("%s.%d.cut", d.f.Name(), d.off), d.b[d.off:]); err != nil {
+	if err := s.fs.Rename(path+".repair", path); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		return err
 	}
 	for _, p := range restFiles {
@@ -114,52 +141,114 @@ func (s *Store) repairAt(d *damage, rest []uint32) error {
 			return err
 		}
 	}
-	if err := s.truncateDamaged(d); err != nil {
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		return err
 	}
-	s.log.Warn().Err(d.err).Int("bytes_moved", moved).Int("rows_appended", len(recs)).
+	s.log.Warn().Err(d.err).Int("bytes_moved", moved).Int("bytes_written", len(repaired)-d.off).
 		Msg("seglog: repaired damage (WithRepair): the log is kept up to it, what followed is in .cut files, and a gap row stands for each row lost")
 	s.tailCut.Add(context.Background(), int64(moved), metric.WithAttributes(attribute.String("cause", "repair")))
-	s.report.repairs = append(s.report.repairs, d.err.Error())
-	var batch []*storekit.LocalAppend
+	return nil
+}
+
+// repaired is the repaired segment: d's up to the damage, then what
+// salvage finds in events, encoded as appends after the index as it
+// stands (the frames before the damage).
+func (s *Store) repaired(d *damage, events []event, moved int) ([]byte, error) {
+	recs, pos := s.salvage(d, events, moved)
+	s.w.buf, s.activeID, s.size, s.synced = s.w.buf[:0], d.id, int64(d.off), int64(d.off)
+	next := map[string]uint64{}
 	for len(recs) > 0 {
 		n := min(len(recs), 1024)
-		batch = append(batch, &storekit.LocalAppend{Recs: recs[:n]})
+		if _, err := s.encode(&storekit.LocalAppend{Recs: recs[:n]}, next, nil); err != nil {
+			return nil, err
+		}
 		recs = recs[n:]
 	}
 	for i := range pos {
-		batch = append(batch, &storekit.LocalAppend{Pos: &pos[i]})
-	}
-	for len(batch) > 0 {
-		n := min(len(batch), 16)
-		if err := s.appendFrames(batch[:n]); err != nil {
-			return fmt.Errorf("repair: %w", err)
+		if _, err := s.encode(&storekit.LocalAppend{Pos: &pos[i]}, next, nil); err != nil {
+			return nil, err
 		}
-		batch = batch[n:]
 	}
-	if s.synced < s.size { // positions alone were not synced
-		if err := s.active.Datasync(); err != nil {
-			return err
-		}
-		s.synced = s.size
-	}
-	return nil
+	out := append(d.b[:d.off:d.off], s.w.buf...)
+	s.w.buf = nil
+	return out, nil
 }
 
 // salvage is what a repair appends for events (the log past the damage
 // d): per stream, from its end in the index on, each row found again or
 // a gap row; and the last producer position of each producer found.
-func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.ProducerPosition) {
-	intact := map[string]map[uint64]echopubsub.Record{}
-	seen := map[string]uint64{} // the highest cursor found
-	lastAt := map[string]int{}  // the event where the stream was found last
-	var unknownAfter []struct{ at, n int }
-	positions := map[posKey]core.ProducerPosition{}
-	// The damaged frame itself: its rows' cursors, when it still decodes.
+//
+// Every row past a stream's end was in the moved bytes, so no stream
+// gets more than moved / minRowBytes cursors: a cursor past that, read
+// from the damaged frame (its checksum failed) or crafted, is not one.
+func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Record, []core.ProducerPosition) {
+	f := s.find(d, events)
+	names := map[string]bool{}
+	for n := range s.streams {
+		names[n] = true
+	}
+	for n := range f.seen {
+		names[n] = true
+	}
+	reason := fmt.Sprintf("seglog repair: lost to damage at %s offset %d", d.f.Name(), d.off)
+	var out []echopubsub.Record
+	for _, name := range sortedNames(names) {
+		end := uint64(0)
+		if st := s.streams[name]; st != nil {
+			end = st.end()
+		}
+		last, ok := f.lastAt[name]
+		if !ok {
+			last = -2
+		}
+		hw := max(f.seen[name], end)
+		for _, u := range f.unknown { // rows of the stream may have been there
+			if u.at > last {
+				hw += uint64(u.n / minRowBytes(name))
+			}
+		}
+		hw = min(hw, end+uint64(moved/minRowBytes(name)))
+		for c := end + 1; c <= hw; c++ {
+			if r, ok := f.intact[name][c]; ok {
+				out = append(out, r)
+				continue
+			}
+			g := echopubsub.Record{Stream: name, Kind: echopubsub.RecordGap, Reason: reason, Time: time.Now()}
+			if c <= f.seen[name] {
+				g.Missed = 1
+			}
+			out = append(out, g)
+		}
+	}
+	pos := make([]core.ProducerPosition, 0, len(f.positions))
+	for _, p := range f.positions {
+		pos = append(pos, p)
+	}
+	sort.Slice(pos, func(i, j int) bool {
+		return pos[i].Node < pos[j].Node || pos[i].Node == pos[j].Node && pos[i].Group < pos[j].Group
+	})
+	return out, pos
+}
+
+// found is what a repair found past the damage.
+type found struct {
+	intact    map[string]map[uint64]echopubsub.Record // rows still whole, by stream and cursor
+	seen      map[string]uint64                       // per stream, the highest cursor found
+	lastAt    map[string]int                          // per stream, the event it was found in last (-1: the damaged frame)
+	unknown   []struct{ at, n int }                   // bytes that read back as no frame: event, length
+	positions map[posKey]core.ProducerPosition        // the last of each producer
+}
+
+// find collects what events (and the damaged frame, when its rows go on
+// from the index: its checksum failed, anything else in it is not taken
+// as a row) hold.
+func (s *Store) find(d *damage, events []event) found {
+	f := found{intact: map[string]map[uint64]echopubsub.Record{}, seen: map[string]uint64{}, lastAt: map[string]int{},
+		positions: map[posKey]core.ProducerPosition{}}
 	if body, ok := damagedBody(d.b[d.off:]); ok {
-		if fr, err := decodeFrame(body); err == nil && fr.snap == nil {
+		if fr, err := decodeFrame(body); err == nil && fr.snap == nil && s.continues(fr.rows) {
 			for _, r := range fr.rows {
-				seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), -1
+				f.seen[r.stream], f.lastAt[r.stream] = max(f.seen[r.stream], r.cursor), -1
 			}
 			if len(events) > 0 && events[0].unknown > 0 { // the frame's bytes are accounted for
 				rest := events[0].unknown - frameHeader - len(body)
@@ -172,72 +261,50 @@ func (s *Store) salvage(d *damage, events []event) ([]echopubsub.Record, []core.
 	}
 	for i, e := range events {
 		if e.fr == nil {
-			unknownAfter = append(unknownAfter, struct{ at, n int }{i, e.unknown})
+			f.unknown = append(f.unknown, struct{ at, n int }{i, e.unknown})
 			continue
 		}
 		if e.fr.pos != nil {
-			positions[posKey{e.fr.pos.Node, e.fr.pos.Group}] = *e.fr.pos
+			f.positions[posKey{e.fr.pos.Node, e.fr.pos.Group}] = *e.fr.pos
 		}
 		for _, p := range snapPositions(e.fr) {
-			positions[posKey{p.Node, p.Group}] = p
+			f.positions[posKey{p.Node, p.Group}] = p
 		}
 		for _, r := range e.fr.rows {
 			rec, err := storekit.DecodeRecord(e.body[r.recOff:r.recOff+r.recLen], false)
 			if err != nil {
 				continue // a gap row stands for it
 			}
-			if intact[r.stream] == nil {
-				intact[r.stream] = map[uint64]echopubsub.Record{}
+			if f.intact[r.stream] == nil {
+				f.intact[r.stream] = map[uint64]echopubsub.Record{}
 			}
 			rec.Stream = r.stream
-			intact[r.stream][r.cursor] = rec
-			seen[r.stream], lastAt[r.stream] = max(seen[r.stream], r.cursor), i
+			f.intact[r.stream][r.cursor] = rec
+			f.seen[r.stream], f.lastAt[r.stream] = max(f.seen[r.stream], r.cursor), i
 		}
 	}
-	names := map[string]bool{}
-	for n := range s.streams {
-		names[n] = true
-	}
-	for n := range seen {
-		names[n] = true
-	}
-	reason := fmt.Sprintf("seglog repair: lost to damage at %s offset %d", d.f.Name(), d.off)
-	var out []echopubsub.Record
-	for _, name := range sortedNames(names) {
-		end := uint64(0)
-		if st := s.streams[name]; st != nil {
-			end = st.end()
+	return f
+}
+
+// continues reports whether rows, each of a stream in the index, go on
+// from its end with no hole.
+func (s *Store) continues(rows []frameRow) bool {
+	next := map[string]uint64{}
+	for _, r := range rows {
+		st := s.streams[r.stream]
+		if st == nil {
+			return false
 		}
-		last, ok := lastAt[name]
+		want, ok := next[r.stream]
 		if !ok {
-			last = -2
+			want = st.end() + 1
 		}
-		hw := max(seen[name], end)
-		for _, u := range unknownAfter { // rows of the stream may have been there
-			if u.at > last {
-				hw += uint64(u.n / minRowBytes(name))
-			}
+		if r.cursor != want {
+			return false
 		}
-		for c := end + 1; c <= hw; c++ {
-			if r, ok := intact[name][c]; ok {
-				out = append(out, r)
-				continue
-			}
-			g := echopubsub.Record{Stream: name, Kind: echopubsub.RecordGap, Reason: reason, Time: time.Now()}
-			if c <= seen[name] {
-				g.Missed = 1
-			}
-			out = append(out, g)
-		}
+		next[r.stream] = want + 1
 	}
-	pos := make([]core.ProducerPosition, 0, len(positions))
-	for _, p := range positions {
-		pos = append(pos, p)
-	}
-	sort.Slice(pos, func(i, j int) bool {
-		return pos[i].Node < pos[j].Node || pos[i].Node == pos[j].Node && pos[i].Group < pos[j].Group
-	})
-	return out, pos
+	return true
 }
 
 func snapPositions(fr *frame) []core.ProducerPosition {
@@ -260,8 +327,9 @@ func damagedBody(b []byte) ([]byte, bool) {
 	return b[frameHeader : frameHeader+n], true
 }
 
-// saveCut writes b to path and fsyncs it and the directory.
-func (s *Store) saveCut(path string, b []byte) error {
+// writeFile writes b to path (created or replaced), fdatasyncs it, and
+// fsyncs the directory.
+func (s *Store) writeFile(path string, b []byte) error {
 	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
 		return err
@@ -278,28 +346,4 @@ func (s *Store) saveCut(path string, b []byte) error {
 		return err
 	}
 	return s.fs.SyncDir(s.dir)
-}
-
-// truncateDamaged cuts d's segment at the damage; it becomes the active
-// segment.
-func (s *Store) truncateDamaged(d *damage) error {
-	if s.segs[d.id] != nil {
-		_ = s.segs[d.id].Close()
-	}
-	f, err := s.fs.OpenFile(filepath.Join(s.dir, segName(d.id)), os.O_RDWR)
-	if err != nil {
-		return err
-	}
-	s.segs[d.id] = f
-	if err := f.Truncate(int64(d.off)); err != nil {
-		return err
-	}
-	if err := f.Datasync(); err != nil {
-		return err
-	}
-	if err := s.fs.SyncDir(s.dir); err != nil {
-		return err
-	}
-	s.active, s.activeID, s.size, s.synced = f, d.id, int64(d.off), int64(d.off)
-	return nil
 }

@@ -28,8 +28,7 @@ type Store struct {
 	fs      fileSys
 	lock    *os.File
 	commits *storekit.GroupCommit[*item]
-	repair  bool       // WithRepair
-	report  openReport // what Open found and did
+	repair  bool // WithRepair
 	tailCut metric.Int64Counter
 
 	// The committer's alone (the GroupCommit goroutine; Open's before it
@@ -55,13 +54,6 @@ type Store struct {
 	segs      map[uint32]segFile
 	streams   map[string]*stream
 	positions map[posKey]core.ProducerPosition
-}
-
-// openReport is what Open cut off or repaired (the tests read it).
-type openReport struct {
-	tornFile              string
-	tornOffset, tornBytes int
-	repairs               []string // each repair's damage
 }
 
 // stream is the index of one stream: where each row's record is, in

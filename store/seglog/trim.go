@@ -64,7 +64,7 @@ func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimme
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	if !s.w.snapshot(s.snapshot(cuts)) {
+	if !s.w.snapshot(s.snapshot(cuts), s.synced) {
 		return nil, fmt.Errorf("echopubsub: seglog trim: the snapshot is over %d bytes", maxFrame)
 	}
 	if err := s.write(true); err != nil {

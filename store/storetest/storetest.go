@@ -2,7 +2,10 @@
 // implementation runs Run against real storage (store/bolt, the embedded
 // bbolt store; store/postgres, PostgreSQL), and the durable benchmarks
 // (BenchDurableBroadcast, BenchReplayPage) on it. The retention cases
-// (retention.go) run on a store that implements echopubsub.Trimmer.
+// (retention.go) run on a store that implements echopubsub.Trimmer. A
+// store whose storage a test can damage runs ServesNoDamagedRow (bits
+// flipped on the disk are never served) and, when its writes can be made
+// to lose power, PowerLoss (crash points; store/seglog does both).
 package storetest
 
 import (
