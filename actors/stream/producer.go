@@ -1056,7 +1056,7 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	}
 	failingFor := time.Since(pe.failingSince)
 	quiet := failingFor < p.cfg.StallAfter() &&
-		(pe.lastAck.IsZero() || errors.Is(err, actor.ErrDeadLetter) || p.departed(pe.m.Name))
+		(pe.lastAck.IsZero() || errors.Is(err, actor.ErrDeadLetter) || p.departed(pe.m.Address))
 	switch {
 	case quiet && pe.failures == 1:
 		p.log.Info().Str("peer", pe.m.Name).Err(err).
