@@ -398,7 +398,7 @@ func (ps *PubSub) session(id string) (*session.Session, *sessionRec, error) {
 	}
 	s := ps.sess.engine.Get(id)
 	if s == nil {
-		return nil, nil, ErrUnknownSession
+		return nil, nil, session.UnknownSession(id)
 	}
 	return s, s.Attached.(*sessionRec), nil
 }
@@ -530,7 +530,7 @@ func (ps *PubSub) CloseSession(id string) error {
 		return ErrStopped
 	}
 	if !ps.sess.engine.Close(id, messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "CloseSession") {
-		return ErrUnknownSession
+		return session.UnknownSession(id)
 	}
 	return nil
 }

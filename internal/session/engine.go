@@ -107,6 +107,12 @@ var (
 	ErrEngineClosed = core.ErrStopped
 )
 
+// UnknownSession is ErrUnknownSession naming id (quoted, cut at 64 bytes:
+// an id can come from a client).
+func UnknownSession(id string) error {
+	return fmt.Errorf("%w %.64q", ErrUnknownSession, id)
+}
+
 // Action is the slow-consumer action.
 type Action int
 
@@ -368,7 +374,7 @@ func (e *Engine) lookup(id string) (*Session, error) {
 		if e.closed.Load() {
 			return nil, ErrEngineClosed
 		}
-		return nil, ErrUnknownSession
+		return nil, UnknownSession(id)
 	}
 	return s, nil
 }
@@ -398,7 +404,7 @@ func (e *Engine) openLocked(id string) (*Session, error) {
 	s.mu.Lock()
 	if !s.open {
 		s.mu.Unlock()
-		return nil, ErrUnknownSession
+		return nil, UnknownSession(id)
 	}
 	return s, nil
 }

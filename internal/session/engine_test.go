@@ -104,8 +104,8 @@ func TestDeliveryIDsIncreaseAndAckReleasesOne(t *testing.T) {
 			t.Fatalf("Ack(%d) never issued: %v", bad, err)
 		}
 	}
-	if _, err := e.Ack("nope", 1); !errors.Is(err, ErrUnknownSession) {
-		t.Fatalf("unknown session: %v", err)
+	if _, err := e.Ack("nope", 1); !errors.Is(err, ErrUnknownSession) || err.Error() != `echopubsub: unknown session "nope"` {
+		t.Fatalf("unknown session: %v, want ErrUnknownSession naming the id", err)
 	}
 	if e.Pending("nope") != 0 || e.Reserved() != 2 {
 		t.Fatalf("pending(nope) %d, reserved %d", e.Pending("nope"), e.Reserved())

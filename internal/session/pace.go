@@ -96,7 +96,7 @@ func (e *Engine) stall(s *Session, gen uint64) {
 	}
 	s.wait = nil
 	s.waiting, s.stalled = false, true
-	e.log.Warn().Str("owner", s.owner.String()).Int("pending", len(s.res)).Dur("wait", e.lim.Wait).
+	e.log.Warn().Str("owner", s.owner.String()).Int("pending", len(s.res)).Dur("wait_ms", e.lim.Wait).
 		Msg("session owner acknowledged nothing while deliveries waited for room: delivering on, HardQueue applies")
 	e.pacer.Room(s)
 }

@@ -171,7 +171,7 @@ func (e *Engine) transition(s *Session, stalled bool, quiet time.Duration) {
 		e.stalledN.Add(-1)
 	}
 	ev.Str("session", s.id).Str("owner", s.owner.String()).Int("pending", len(s.res)).
-		Dur("quiet", quiet).Dur("stall_after", e.lim.StallAfter).Msg(msg)
+		Dur("quiet_ms", quiet).Dur("stall_after_ms", e.lim.StallAfter).Msg(msg)
 	e.out.Send(s.owner, e.stallNotice(s, stalled, len(s.res), quiet))
 }
 
