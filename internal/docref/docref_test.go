@@ -126,14 +126,16 @@ func (d *decls) addExternal(t *testing.T, root string) {
 var (
 	protoMessage = regexp.MustCompile(`(?m)^\s*(?:message|enum)\s+([A-Za-z0-9_]+)`)
 	jsName       = regexp.MustCompile(`(?m)\b(?:class|function)\s+([A-Za-z_][A-Za-z0-9_]*)`)
+	alertRule    = regexp.MustCompile(`(?m)^\s*- alert:\s+([A-Za-z0-9_]+)`)
 )
 
 // addProtoAndJS adds the .proto messages (their Go types are generated;
-// the docs write their fields as in the .proto) and the JavaScript
-// client's classes and functions.
+// the docs write their fields as in the .proto), the JavaScript
+// client's classes and functions, and the alerts of the Prometheus rules
+// in deploy/prometheus (docs/operations.md names them).
 func (d *decls) addProtoAndJS(t *testing.T, root string) {
 	t.Helper()
-	for _, rel := range trackedFiles(t, root, "*.proto", "*.js") {
+	for _, rel := range trackedFiles(t, root, "*.proto", "*.js", "deploy/prometheus/*.yml") {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			t.Fatal(err)
@@ -141,6 +143,8 @@ func (d *decls) addProtoAndJS(t *testing.T, root string) {
 		re := jsName
 		if strings.HasSuffix(rel, ".proto") {
 			re = protoMessage
+		} else if strings.HasSuffix(rel, ".yml") {
+			re = alertRule // the alerts docs/operations.md names
 		}
 		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 			d.all[m[1]] = true
