@@ -336,12 +336,14 @@ func TestPromQLNames(t *testing.T) {
 
 // noSeriesUntilEvent are the families a node that just started does not
 // export (each row of the docs/operations.md metrics table says when its
-// series appear): named by the dashboard or rules, they must be in that
-// table instead.
+// series appear), with their Prometheus type: named by the dashboard or
+// rules, they must be in that table, and
+// TestNoSeriesUntilEventFamiliesAsPrometheusNamesThem makes each one's
+// event happen and finds the name in the export.
 var noSeriesUntilEvent = map[string]string{
 	// Recorded by store/seglog's Open when it cuts a torn tail or repairs
 	// a log; the demo's ScoreBoard has no store.
-	"echopubsub_store_recovery_cut_bytes_total": "counter",
+	"echopubsub_store_recovery_cut_bytes_total": "COUNTER",
 }
 
 // documentedFamilies are the Prometheus names of the metrics table in
