@@ -148,11 +148,13 @@ func TestFailingStoreShowsOwnBroadcastFailures(t *testing.T) {
 // TestFailingStoreWithFromSessionFollowsTheStore: node 1's store fails
 // while a session there catches up WithFrom(1) (20 stored rows; it waits at
 // SoftQueue 5 for acks, RoomWait 0) and node 0 publishes 3 more durable
-// messages, which node 1 delivers live but cannot store. The session follows
-// the store: it never gets those 3 (no Cursor 0 envelope, nothing ahead of
-// the rows it is still owed), and once the store takes writes again it is
-// told exactly them, in cursor order: a StreamGap of 3 where the gap row
-// is, then the next message. A plain subscriber on node 1 got all 23 live.
+// messages, which node 1 delivers live but cannot store, then 2 more once
+// the session is live. The session follows the store: it never gets those
+// 5 (no Cursor 0 envelope, nothing ahead of the rows it is still owed),
+// and once the store takes writes again it is told exactly them, in cursor
+// order: a StreamGap of 5 where the gap row is (no false alarm: it got
+// none of them), then the next message. A plain subscriber on node 1 got
+// all 25 live.
 func TestFailingStoreWithFromSessionFollowsTheStore(t *testing.T) {
 	cfg := replayConfig() // SoftQueue 5, HardQueue 10
 	cfg.RoomWait = 0      // a catch-up row that finds no room stays in the store
@@ -220,14 +222,24 @@ func TestFailingStoreWithFromSessionFollowsTheStore(t *testing.T) {
 	if got := seq(); !strings.HasPrefix(caughtUp, got) && !strings.HasPrefix(got, caughtUp) {
 		t.Fatalf("the WithFrom session got %q, want the stored rows in order: %q", got, caughtUp)
 	}
+	test.Eventually(t, 10*time.Second, func() bool { return seq() == caughtUp },
+		func() string { return fmt.Sprintf("the WithFrom session got %q, want %q", seq(), caughtUp) })
+	publishStamps(t, nodes[0], "room:1", "a", 24, 25) // the session is live now
+	wantStamps(t, plain, seqs(1, 25)...)
+	test.Eventually(t, 10*time.Second, func() bool {
+		h := nodes[1].PS.Health(context.Background())
+		return h.Store != nil && h.Store.Unstored == 5
+	}, func() string {
+		return fmt.Sprintf("node 1's store health: %+v", nodes[1].PS.Health(context.Background()).Store)
+	})
 
 	failing.Heal()
 	test.Eventually(t, 10*time.Second, func() bool { return nodes[1].PS.Health(context.Background()).Store == nil },
 		func() string {
 			return fmt.Sprintf("node 1's store still failing: %+v", nodes[1].PS.Health(context.Background()).Store)
 		})
-	publishStamps(t, nodes[0], "room:1", "a", 24, 24)
-	want := caughtUp + " gap21/3 22:a#24"
+	publishStamps(t, nodes[0], "room:1", "a", 26, 26)
+	want := caughtUp + " gap21/5 22:a#26"
 	test.Eventually(t, 10*time.Second, func() bool { return seq() == want },
 		func() string { return fmt.Sprintf("the WithFrom session got %q, want %q", seq(), want) })
 }
