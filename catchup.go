@@ -328,8 +328,10 @@ func (a *sessionActor) step() {
 	if first, cut := truncation(f.next, rows, next); cut {
 		from := f.next
 		f.next = first
-		a.hand(&caught{f: f, row: true, cursor: from, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,
-			From: from, FirstKept: first}})
+		if !plant.DropTruncatedNotice() {
+			a.hand(&caught{f: f, row: true, cursor: from, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,
+				From: from, FirstKept: first}})
+		}
 	}
 	for i := range rows {
 		r := &rows[i]

@@ -163,7 +163,11 @@
 // on to the consumer that acks them, through a queue of its own (the
 // gateway: a socket's queue and writer), opens WithHandoff and reports
 // with Handed what it handed on, so that only the consumer's own time
-// counts against it. A full node-wide table
+// counts against it. A session that holds deliveries and acks none for
+// Config.StallAfter (default 30s) is stalled: its owner gets one
+// *SessionStalled, and one *SessionResumed at its next ack; SessionStats
+// and the gauge echopubsub.session.stalled show it, and nothing is
+// delivered differently. A full node-wide table
 // (Config.MaxDeliveryReservations) refuses deliveries and says so. A
 // session also receives CursorExpired and BackPressure like any subscriber,
 // so for a session the guarantee reads: every message in order, or told.

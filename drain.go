@@ -2,9 +2,11 @@ package echopubsub
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub/actors/stream"
 )
@@ -14,7 +16,8 @@ import (
 // incarnation there, so the node's next start is not announced to their
 // subscribers as a "producer restarted" CursorExpired. It waits within ctx;
 // nodes that are away are not waited for (they are told when they return),
-// and what is left unacknowledged is logged with counts.
+// and what is left unacknowledged is logged with counts (a warning when a
+// node may lack messages).
 //
 // Each producer answers within its budget, nine tenths of the wait, whatever
 // its peers do (a stopped peer's calls each time out after a whole
@@ -25,7 +28,7 @@ import (
 func (ps *PubSub) drain(ctx context.Context) {
 	start := time.Now()
 	until := drainDeadline(ctx, 2*ps.rt.Cfg.CallTimeout)
-	retired, away := 0, map[string]uint64{}
+	retired, away, owed := 0, map[string]uint64{}, false
 	timeout := time.Until(until)
 	if timeout <= 0 { // protoactor treats a negative timeout as none at all
 		ps.rt.Log.Warn().Msg("graceful stop: no time left to drain")
@@ -45,19 +48,38 @@ func (ps *PubSub) drain(ctx context.Context) {
 			continue
 		}
 		retired += d.Retired
+		owed = owed || d.Owed
 		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor, d.LastWrite)
 		for node, lag := range d.Away {
 			away[node] += lag
 		}
 	}
+	// A warning only when a node may lack messages: one that is away
+	// owing nothing (it was stopped first, on purpose) is listed at Info.
 	ev := ps.rt.Log.Info()
-	if len(away) > 0 {
+	if owed {
 		ev = ps.rt.Log.Warn()
-		for node, lag := range away {
-			ev = ev.Uint64("unacked_"+node, lag)
-		}
 	}
-	ev.Int("retired", retired).Int("away", len(away)).Dur("took", time.Since(start)).Msg("graceful stop: drained")
+	if len(away) > 0 {
+		ev = ev.Array("unacked", unackedList(away))
+	}
+	ev.Int("retired", retired).Int("away", len(away)).Dur("took_ms", time.Since(start)).Msg("graceful stop: drained")
+}
+
+// unackedList is what the nodes that were away had not acknowledged, as
+// [{"node": address, "lag": messages}, ...] in address order: the node is a
+// value, never part of a key, so a log query names one key for every node.
+func unackedList(away map[string]uint64) *zerolog.Array {
+	nodes := make([]string, 0, len(away))
+	for node := range away {
+		nodes = append(nodes, node)
+	}
+	sort.Strings(nodes)
+	arr := zerolog.Arr()
+	for _, node := range nodes {
+		arr = arr.Dict(zerolog.Dict().Str("node", node).Uint64("lag", away[node]))
+	}
+	return arr
 }
 
 // drainDeadline bounds the drain by at most d, and by three quarters of

@@ -228,6 +228,10 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 	root, err := system.Root.SpawnNamed(supervision.Tree(rt, d), core.RootName(cfg.Name))
 	if err != nil { // one of that name runs already: it stays entered
 		pubsubs.putBack(rt, prev)
+		if errors.Is(err, actor.ErrNameExists) {
+			return nil, fmt.Errorf("echopubsub: start %q: a pubsub named %q is already running on this actor system (%s): %w",
+				cfg.Name, cfg.Name, system.Address(), err)
+		}
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
 	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID()}
@@ -462,7 +466,7 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	var w core.Write
 	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (topic %q)", err, topic)
 	}
 	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, onlyNode, msg
 	if exclude {
@@ -636,7 +640,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
-		pubsubs.remove(ps.rt)
+		pubsubs.stop(ps.rt)
 		ps.dur.stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()

@@ -113,6 +113,17 @@ func TestStartErrors(t *testing.T) {
 		return err
 	})
 	wantErr(t, "bad static address", err, `"no-port"`, "host:port")
+	err = call(func() error {
+		_, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(cluster.NewStatic()))
+		return err
+	})
+	wantErr(t, "static membership with no address", err, "static membership lists no address")
+	other := "127.0.0.1:1" // a list of nodes that leaves this one out
+	err = call(func() error {
+		_, err := echopubsub.Start(system, cfg, echopubsub.WithMembership(cluster.NewStatic(other)))
+		return err
+	})
+	wantErr(t, "static membership without this node", err, `["127.0.0.1:1"]`, `does not list this node, "`+system.Address()+`"`)
 
 	// A failed Start leaves nothing behind: the same name starts afterwards.
 	ps, err := echopubsub.Start(system, cfg, echopubsub.WithLogger(log))
@@ -121,7 +132,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ps.Stop(context.Background()) })
 	err = call(func() error { _, err := echopubsub.Start(system, cfg, echopubsub.WithLogger(log)); return err })
-	wantErr(t, "same name twice", err, `"scores"`)
+	wantErr(t, "same name twice", err, `a pubsub named "scores" is already running on this actor system`)
 }
 
 func TestCallErrors(t *testing.T) {
@@ -148,12 +159,12 @@ func TestCallErrors(t *testing.T) {
 	wantErr(t, "UnsubscribeNamed empty", call(func() error { return ps.UnsubscribeNamed("", "t") }), "name is empty")
 
 	wantErr(t, "Broadcast empty topic", call(func() error { return ps.Broadcast(nil, "", stamp) }), "topic", "empty")
-	wantErr(t, "Broadcast nil message", call(func() error { return ps.Broadcast(nil, "t", nil) }), "nil message")
-	wantErr(t, "Broadcast typed nil message", call(func() error { return ps.Broadcast(nil, "t", (*testpb.Stamp)(nil)) }), "nil message")
+	wantErr(t, "Broadcast nil message", call(func() error { return ps.Broadcast(nil, "room", nil) }), "nil message", `"room"`)
+	wantErr(t, "Broadcast typed nil message", call(func() error { return ps.Broadcast(nil, "room", (*testpb.Stamp)(nil)) }), "nil message", `"room"`)
 	wantErr(t, "BroadcastFrom nil sender", call(func() error { return ps.BroadcastFrom(nil, "t", stamp) }), "sender PID")
 	wantErr(t, "BroadcastFrom empty topic", call(func() error { return ps.BroadcastFrom(c.PID, "", stamp) }), "topic")
 	wantErr(t, "LocalBroadcast empty topic", call(func() error { return ps.LocalBroadcast("", stamp) }), "topic")
-	wantErr(t, "LocalBroadcast nil message", call(func() error { return ps.LocalBroadcast("t", nil) }), "nil message")
+	wantErr(t, "LocalBroadcast nil message", call(func() error { return ps.LocalBroadcast("room", nil) }), "nil message", `"room"`)
 	wantErr(t, "DirectBroadcast empty node", call(func() error { return ps.DirectBroadcast("", "t", stamp) }), "node name")
 	wantErr(t, "DirectBroadcast empty topic", call(func() error { return ps.DirectBroadcast(nd.Addr, "", stamp) }), "topic")
 

@@ -53,11 +53,14 @@ import (
 // is no running pubsub's is refused.
 
 // pubsubs is every pubsub running in this process, by node address and name.
-var pubsubs = &pubsubTable{m: map[string]map[string]*core.Runtime{}}
+var pubsubs = &pubsubTable{m: map[string]map[string]*core.Runtime{}, stopped: map[string]bool{}}
 
 type pubsubTable struct {
 	mu sync.RWMutex
 	m  map[string]map[string]*core.Runtime
+	// stopped: the node addresses whose pubsubs Stop stopped, none started
+	// since (a graceful stop, on purpose).
+	stopped map[string]bool
 }
 
 // add enters rt, returning the runtime it replaces (nil: none), for
@@ -65,6 +68,7 @@ type pubsubTable struct {
 func (t *pubsubTable) add(rt *core.Runtime) (prev *core.Runtime) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.stopped, rt.Node)
 	byName := t.m[rt.Node]
 	if byName == nil {
 		byName = map[string]*core.Runtime{}
@@ -76,6 +80,39 @@ func (t *pubsubTable) add(rt *core.Runtime) (prev *core.Runtime) {
 }
 
 func (t *pubsubTable) remove(rt *core.Runtime) { t.putBack(rt, nil) }
+
+// stop removes rt, which Stop stopped: once no pubsub runs on its node, the
+// node counts as stopped on purpose (stoppedOnPurpose).
+func (t *pubsubTable) stop(rt *core.Runtime) {
+	t.putBack(rt, nil)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.m[rt.Node]) == 0 {
+		t.stopped[rt.Node] = true
+	}
+}
+
+// stoppedOnPurpose reports whether the connection between node self and
+// node peer ends because a pubsub was stopped on purpose: self's own pubsubs
+// were stopped (Stop), peer's were (in this process), or every pubsub
+// running on self was told that peer's stopped (its producers retired).
+func (t *pubsubTable) stoppedOnPurpose(self, peer string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	running := t.m[self]
+	if len(running) == 0 {
+		return t.stopped[self]
+	}
+	if len(t.m[peer]) == 0 && t.stopped[peer] {
+		return true
+	}
+	for _, rt := range running {
+		if !rt.Departed(peer) {
+			return false
+		}
+	}
+	return true
+}
 
 // putBack replaces rt, if it is still entered, with prev (nil: removes it).
 func (t *pubsubTable) putBack(rt, prev *core.Runtime) {

@@ -264,11 +264,12 @@ func wantUpTo(t *testing.T, c *test.Collector, n uint64) {
 
 // A listed node that never runs does not cost the other pool groups their
 // graceful stop: every group retires with the reachable node, so a clean
-// restart raises no notice there, in any group.
+// restart raises no notice there, in any group. The stop's log line names
+// the dead node as a value ({"node": address, "lag": n}), never in a key.
 func TestGracefulStopWithADeadListedNodeRetiresEveryGroup(t *testing.T) {
 	cfg := fastConfig()
 	cfg.PoolSize = 2
-	log := test.Logger(t, zerolog.InfoLevel)
+	log, logs := test.CapturingLogger(t, zerolog.InfoLevel)
 	var nodes []*test.Node
 	addrs := []string{fmt.Sprintf("127.0.0.1:%d", test.FreePort(t))} // listed, never started
 	for i := 0; i < 2; i++ {
@@ -284,6 +285,9 @@ func TestGracefulStopWithADeadListedNodeRetiresEveryGroup(t *testing.T) {
 	wantStamps(t, c, 1)
 	waitJoined(t, nodes) // every group of node 0 joined node 1: each has an incarnation to retire there
 	nodes[0].StopPubSub(t)
+	if want := `unacked=[{"lag":0,"node":"` + addrs[0] + `"}]`; !logs.Contains(want) || logs.Contains("unacked_") {
+		t.Errorf("graceful stop's log: want the away node as a value, %s, and no key built from it; got:\n%s", want, logs)
+	}
 	nodes[0].Start(t, cfg, staticOf(addrs))
 	nodes[0].Broadcast(t, "match", stamp(2))
 	wantStamps(t, c, 1, 2)

@@ -13,7 +13,8 @@ import (
 // TestReadmeMainRuns: the README's Use section is a complete main.go that
 // compiles as it stands. The test takes the section's Go block, as
 // written, into a module of its own (requiring this checkout), builds it
-// with the go command and runs it: it must print the three goals in order.
+// with the go command and runs it: it must print the three goals in order,
+// and log no warning or error.
 func TestReadmeMainRuns(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -79,5 +80,9 @@ func TestReadmeMainRuns(t *testing.T) {
 	}
 	if got, want := string(out), "1-0\n2-0\n2-1\n"; got != want {
 		t.Fatalf("README main.go printed %q, want %q", got, want)
+	}
+	// It logs at Warn: a healthy start and a normal stop log nothing.
+	if l := strings.TrimSpace(logs.String()); l != "" {
+		t.Errorf("README main.go's healthy start and normal stop logged warnings or errors:\n%s", l)
 	}
 }

@@ -1,6 +1,7 @@
 package echopubsub
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -165,8 +166,62 @@ func guardStream(log zerolog.Logger) grpc.StreamServerInterceptor {
 // ActorSystemLogger routes protoactor's own log/slog output through zlog:
 //
 //	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(zlog))
+//
+// A normal stop logs no error: protoactor's errors about the connection to
+// a node (its endpoint writer's "lost connection", "failed to connect", ...)
+// are logged at Info when a pubsub was stopped on purpose at either end
+// (this node's, or a peer's that retired its producers here before it
+// went).
 func ActorSystemLogger(zlog zerolog.Logger) actor.ConfigOption {
-	return actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(zerolog.NewSlogHandler(zlog))
+	return actor.WithLoggerFactory(func(system *actor.ActorSystem) *slog.Logger {
+		return slog.New(stopAware{Handler: zerolog.NewSlogHandler(zlog), system: system})
 	})
+}
+
+// stopAware is protoactor's log handler that downgrades its errors about
+// the connection to a node stopped on purpose (pubsubs.stoppedOnPurpose) to
+// Info.
+type stopAware struct {
+	slog.Handler
+	system *actor.ActorSystem
+}
+
+func (h stopAware) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError && connectionErrors[r.Message] {
+		var peer string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "address" {
+				peer = a.Value.String()
+				return false
+			}
+			return true
+		})
+		if pubsubs.stoppedOnPurpose(h.system.Address(), peer) {
+			if !h.Handler.Enabled(ctx, slog.LevelInfo) {
+				return nil
+			}
+			r = r.Clone()
+			r.Level = slog.LevelInfo
+			r.AddAttrs(slog.String("cause", "node stopped on purpose"))
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// connectionErrors are protoactor's endpoint writer errors (remote
+// endpoint_writer.go) about its connection to the node at "address".
+var connectionErrors = map[string]bool{
+	"EndpointWriter lost connection":                    true,
+	"EndpointWriter failed to connect":                  true,
+	"EndpointWriter failed to create receive stream":    true,
+	"EndpointWriter failed to send connect request":     true,
+	"EndpointWriter failed to receive connect response": true,
+}
+
+func (h stopAware) WithAttrs(as []slog.Attr) slog.Handler {
+	return stopAware{Handler: h.Handler.WithAttrs(as), system: h.system}
+}
+
+func (h stopAware) WithGroup(name string) slog.Handler {
+	return stopAware{Handler: h.Handler.WithGroup(name), system: h.system}
 }

@@ -130,7 +130,7 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	st.NextCursor = next
 	if firstKept, truncated := truncation(opts.From, rows, next); truncated {
 		if !ps.sess.engine.Notify(s, &StreamTruncated{SessionID: id, Stream: stream, From: max(opts.From, 1), FirstKept: firstKept}) {
-			return st, ErrUnknownSession
+			return st, session.UnknownSession(id)
 		}
 		st.Truncated, st.FirstKept, st.ResumeCursor = true, firstKept, firstKept
 	}
@@ -140,7 +140,7 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 		if r.Kind == RecordGap {
 			if !ps.sess.engine.Notify(s, &StreamGap{SessionID: id, Stream: stream, Cursor: r.Cursor, Node: r.Origin,
 				Missed: r.Missed, Reason: r.Reason}) {
-				return st, ErrUnknownSession
+				return st, session.UnknownSession(id)
 			}
 			st.Gaps++
 			st.Missed += r.Missed
@@ -159,7 +159,7 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 		case session.Refused:
 			st.Stopped = true
 		default:
-			return st, ErrUnknownSession
+			return st, session.UnknownSession(id)
 		}
 		for _, rest := range rows[i:] {
 			if rest.Kind == RecordMessage {

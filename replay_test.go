@@ -215,8 +215,12 @@ func TestReplayLimitsAndStreamEnds(t *testing.T) {
 	if _, err := nd.PS.ReplaySession(ctx, id, "chat", echopubsub.ReplayOptions{Limit: 2}); !errors.Is(err, echopubsub.ErrNoStore) {
 		t.Fatalf("topic not durable: %v, want ErrNoStore", err)
 	}
-	if _, err := nd.PS.ReplaySession(ctx, "nope", "room:1", echopubsub.ReplayOptions{Limit: 2}); !errors.Is(err, echopubsub.ErrUnknownSession) {
-		t.Fatalf("unknown session: %v", err)
+	if _, err := nd.PS.ReplaySession(ctx, "nope", "room:1", echopubsub.ReplayOptions{Limit: 2}); !errors.Is(err, echopubsub.ErrUnknownSession) ||
+		!strings.Contains(err.Error(), `unknown session "nope"`) {
+		t.Fatalf("unknown session: %v, want ErrUnknownSession naming the id", err)
+	}
+	if err := nd.PS.CloseSession("nope"); !errors.Is(err, echopubsub.ErrUnknownSession) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("CloseSession of an unknown session: %v, want ErrUnknownSession naming the id", err)
 	}
 	waitEnvelopes(t, o, 2)
 	if fmt.Sprint(o.seqs()) != "[2 3]" {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -95,11 +96,11 @@ func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg prot
 		return fmt.Errorf("%w: malformed session id %.64q", ErrUnknownSession, to)
 	}
 	if node == ps.rt.Node && ps.sess.engine.Get(to) == nil {
-		return ErrUnknownSession
+		return session.UnknownSession(to)
 	}
 	typeName, payload, err := messages.Encode(msg)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (to session %q)", err, to)
 	}
 	sm.ProtocolVersion = messages.ProtocolVersion
 	sm.ToSession = to

@@ -122,7 +122,7 @@ func trimOnce(ctx context.Context, store Trimmer, r Retention, log zerolog.Logge
 	m.RetentionTrimmed(rows, bytes)
 	if rows > 0 {
 		log.Info().Int("streams", len(got)).Uint64("rows", rows).Uint64("bytes", bytes).
-			Dur("took", time.Since(start)).Msg("durable streams: retention trimmed")
+			Dur("took_ms", time.Since(start)).Msg("durable streams: retention trimmed")
 	}
 	if err != nil && ctx.Err() == nil {
 		log.Warn().Err(err).Msg("durable streams: retention could not trim; next try at the next interval")

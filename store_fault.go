@@ -274,7 +274,7 @@ func (d *durability) recovered(l core.LocalStore[Record], done core.ProducerPosi
 			}
 		}
 	}
-	d.log.Warn().Uint64("unstored", f.unstored).Int("gap_rows", gapRows).Dur("failed_for", time.Since(f.since)).
+	d.log.Warn().Uint64("unstored", f.unstored).Int("gap_rows", gapRows).Dur("failed_for_ms", time.Since(f.since)).
 		Msg("durable store: writes succeed again: the rows not stored are marked with gap rows")
 	f.rows, f.pos, f.marks, f.unstored, f.err = nil, nil, nil, 0, nil
 	f.failing.Store(false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/eventstream"
@@ -26,10 +27,14 @@ type Static struct {
 }
 
 // NewStatic lists the advertised remote addresses (host:port) of all nodes,
-// this one included. Duplicates are ignored.
+// this one included. Duplicates are ignored. Start refuses an empty list and
+// a list without this node's advertised address.
 func NewStatic(addrs ...string) *Static {
 	seen := make(map[string]bool, len(addrs))
 	s := &Static{}
+	if len(addrs) == 0 {
+		s.err = fmt.Errorf("cluster: static membership lists no address: list every node's host:port, this one included")
+	}
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil && s.err == nil {
 			s.err = fmt.Errorf("cluster: static address %q is not host:port: %w", a, err)
@@ -46,6 +51,10 @@ func NewStatic(addrs ...string) *Static {
 func (s *Static) Start(env Env) error {
 	if s.err != nil {
 		return s.err
+	}
+	if !slices.Contains(s.addrs, env.Self.Address) {
+		return fmt.Errorf("cluster: static membership %q does not list this node, %q: list every node's advertised address, this one included",
+			s.addrs, env.Self.Address)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -225,6 +225,8 @@ func TestGatewayConfigValidation(t *testing.T) {
 		{func(c *gateway.Config) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
 		{func(c *gateway.Config) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
 		{func(c *gateway.Config) { c.Resolver = nil }, "Resolver must not be nil"},
+		{func(c *gateway.Config) { c.OriginPatterns = []string{"app.example.com", "["} },
+			`OriginPatterns[1] must be a path.Match pattern, got "["`},
 	} {
 		cfg := gateway.DefaultConfig()
 		c.mod(&cfg)
@@ -237,6 +239,11 @@ func TestGatewayConfigValidation(t *testing.T) {
 	}
 	if _, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, gateway.DefaultConfig()); err != nil {
 		t.Errorf("defaults refused: %v", err)
+	}
+	nodes[0].StopPubSub(t)
+	_, err := gateway.New(nodes[0].PS, gateway.AnyIdentity, gateway.DefaultConfig())
+	if err == nil || !strings.Contains(err.Error(), `pubsub "`+nodes[0].PS.Config().Name+`" is stopped`) || !errors.Is(err, echopubsub.ErrStopped) {
+		t.Errorf("New on a stopped pubsub: %v, want an error naming it, wrapping ErrStopped", err)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -118,10 +120,13 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&w); err != nil {
-		return idOnly(b), ferr(CodeMalformedFrame, "frame is not a JSON object of known fields: %s", clip(err.Error()))
+		return idOnly(b), ferr(CodeMalformedFrame, "frame is not a JSON object of known fields: %s", clip(decodeErr(err)))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return idOnly(b), ferr(CodeMalformedFrame, "frame has data after its JSON object")
+	}
+	if key, twice := duplicateKey(b); twice { // the decoder keeps the last: which one runs is not the client's to guess
+		return idOnly(b), ferr(CodeMalformedFrame, "frame has key %q twice", clip(key))
 	}
 	f := &clientFrame{wireFrame: w}
 	if len(f.ID) > maxFrameIDLen {
@@ -185,6 +190,68 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		return f, ferr(CodeInvalidArgument, "delivery_id must be > 0")
 	}
 	return f, nil
+}
+
+// decodeErr says what json could not decode in the frame's terms: a field
+// and the JSON it must be, never the Go type behind it.
+func decodeErr(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return err.Error() // syntax errors and unknown fields name no Go type
+	}
+	if te.Field == "" {
+		return fmt.Sprintf("want an object, got %s", te.Value)
+	}
+	return fmt.Sprintf("%s must be %s, got %s", te.Field, jsonKind(te.Type), te.Value)
+}
+
+// jsonKind is the JSON a field of Go type t takes.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer >= 0"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "another JSON value"
+}
+
+// duplicateKey returns a key that b's top-level object has twice. A frame
+// that is not a well-formed object has none here: decoding says what is
+// wrong with it.
+func duplicateKey(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	seen := make([]string, 0, 16) // a frame has a handful of keys
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		key, _ := tok.(string)
+		if slices.Contains(seen, key) {
+			return key, true
+		}
+		seen = append(seen, key)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // decodeFrom reads a from field: a cursor, a JSON integer in 0..2^64-1

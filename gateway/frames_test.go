@@ -73,3 +73,26 @@ func TestStreamTruncatedNotice(t *testing.T) {
 		t.Fatalf("StreamTruncated as %s", b)
 	}
 }
+
+// A refused frame is explained in the frame's terms (a field and the JSON it
+// must be), never by the Go type behind it; a key given twice is refused
+// (the decoder would keep the last, silently).
+func TestFrameErrorsNameFieldsAndRefuseKeysTwice(t *testing.T) {
+	for _, c := range []struct{ frame, code, says string }{
+		{`{"op":1}`, CodeMalformedFrame, "op must be a string, got number"},
+		{`{"op":"ack","delivery_id":"7"}`, CodeMalformedFrame, "delivery_id must be an integer >= 0, got string"},
+		{`{"op":"ack","delivery_id":-1}`, CodeMalformedFrame, "delivery_id must be an integer >= 0, got number -1"},
+		{`{"op":"ack_many","delivery_ids":{}}`, CodeMalformedFrame, "delivery_ids must be an array, got object"},
+		{`[]`, CodeMalformedFrame, "want an object, got array"},
+		{`{"op":"subscribe","op":"unsubscribe","topic":"room"}`, CodeMalformedFrame, `frame has key "op" twice`},
+		{`{"op":"subscribe","topic":"a","topic":"b"}`, CodeMalformedFrame, `frame has key "topic" twice`},
+	} {
+		_, fe := decodeClientFrame([]byte(c.frame))
+		if fe == nil || fe.Code != c.code || !strings.Contains(fe.Message, c.says) {
+			t.Errorf("%s: refusal %v, want %s saying %q", c.frame, fe, c.code, c.says)
+		}
+		if fe != nil && (strings.Contains(fe.Message, "wireFrame") || strings.Contains(fe.Message, "Go ")) {
+			t.Errorf("%s: refusal names a Go type: %s", c.frame, fe.Message)
+		}
+	}
+}

@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -124,7 +126,8 @@ type Config struct {
 	// CloseTimeout bounds Close waiting for sockets to end. Default 10s.
 	CloseTimeout time.Duration
 	// OriginPatterns are the hosts allowed as Origin besides the request's
-	// own host (coder/websocket AcceptOptions.OriginPatterns). Default
+	// own host (coder/websocket AcceptOptions.OriginPatterns: path.Match
+	// patterns; New refuses a malformed one). Default
 	// none: same origin only.
 	OriginPatterns []string
 	// Resolver resolves payload types. Default protoregistry.GlobalTypes
@@ -178,6 +181,13 @@ func (c Config) validate(hardQueue int) error {
 	case c.Resolver == nil:
 		return fmt.Errorf("echopubsub: gateway config Resolver must not be nil, got nil")
 	}
+	for i, p := range c.OriginPatterns {
+		// coder/websocket matches each with path.Match, lower-cased: a
+		// malformed one would fail every cross-origin request.
+		if _, err := path.Match(strings.ToLower(p), ""); err != nil {
+			return fmt.Errorf("echopubsub: gateway config OriginPatterns[%d] must be a path.Match pattern, got %q: %w", i, p, err)
+		}
+	}
 	return nil
 }
 
@@ -192,6 +202,9 @@ func New(ps *echopubsub.PubSub, authenticate func(*http.Request) (identity strin
 	}
 	if authenticate == nil {
 		return nil, fmt.Errorf("echopubsub: gateway.New authenticate must not be nil, got nil (use AnyIdentity to accept everyone)")
+	}
+	if err := ps.Err(); err != nil {
+		return nil, fmt.Errorf("echopubsub: gateway.New: pubsub %q is stopped: %w", ps.Config().Name, err)
 	}
 	if err := cfg.validate(ps.Config().HardQueue); err != nil {
 		return nil, err
@@ -656,6 +669,9 @@ func (s *socket) run(f *clientFrame) *frameError {
 		return s.result(f, nil)
 	case opAck:
 		pending, err := ps.Ack(s.sid, *f.DeliveryID)
+		if errors.Is(err, echopubsub.ErrUnknownDelivery) { // the library's Ack names nothing: it does not allocate
+			return ferr(CodeUnknownDelivery, "delivery %d is not held by this session (never issued, already acknowledged, or ephemeral)", *f.DeliveryID)
+		}
 		if err != nil {
 			return libErr(err)
 		}

@@ -224,7 +224,9 @@ func TestGatewayCommands(t *testing.T) {
 	if r := c.ok(map[string]interface{}{"op": "ack", "delivery_id": 1}); r.num("pending") != 1 {
 		t.Fatalf("ack result %v", r)
 	}
-	c.refused(map[string]interface{}{"op": "ack", "delivery_id": 1}, gateway.CodeUnknownDelivery)
+	if f := c.refused(map[string]interface{}{"op": "ack", "delivery_id": 1}, gateway.CodeUnknownDelivery); !strings.Contains(f.str("message"), "delivery 1 is not held by this session") {
+		t.Fatalf("a second ack of delivery 1: %v, want the message to name the delivery", f)
+	}
 	r := c.ok(map[string]interface{}{"op": "ack_many", "delivery_ids": []uint64{2, 99}})
 	if r.num("acked") != 1 || r.num("pending") != 0 || fmt.Sprint(r["unknown"]) != "[99]" {
 		t.Fatalf("ack_many result %v", r)

@@ -73,7 +73,7 @@ func SpawnFollowOwnerAckingAfter(nd *Node, delay time.Duration) *FollowOwner {
 			default:
 				o.ack(m)
 			}
-		case *messages.SessionPressure: // pressure is not a loss
+		case *messages.SessionPressure, *echopubsub.SessionStalled, *echopubsub.SessionResumed: // pressure, a stall: not a loss
 		case *echopubsub.CaughtUp:
 			o.mu.Lock()
 			o.caughtUp = append(o.caughtUp, CaughtUpAt{m, len(o.envs)})
@@ -102,7 +102,8 @@ func (o *FollowOwner) Envelopes() []*echopubsub.Envelope {
 	return append([]*echopubsub.Envelope(nil), o.envs...)
 }
 
-// Notices returns the notices (not SessionPressure, not CaughtUp) and ack
+// Notices returns the notices (not SessionPressure, SessionStalled,
+// SessionResumed or CaughtUp) and ack
 // errors so far.
 func (o *FollowOwner) Notices() []interface{} {
 	o.mu.Lock()

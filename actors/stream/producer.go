@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -56,9 +57,13 @@ type Drain struct{ Budget time.Duration }
 type Drained struct {
 	Group uint32
 	// Retired counts the nodes that acknowledged everything; Away the nodes
-	// not waited for, with what they had not acknowledged.
+	// not waited for, with what they had not acknowledged. Owed: some node
+	// of Away may lack messages (a lag above 0, or a node never registered
+	// with after this producer wrote); a node that is away owing nothing
+	// (stopped on purpose after acknowledging everything) is not a loss.
 	Retired int
 	Away    map[string]uint64
+	Owed    bool
 	// Incarnation and WriteCursor: where this producer incarnation ended
 	// (its last write is WriteCursor - 1), and LastWrite when (zero: it
 	// wrote nothing; only with core.Durable.Leases).
@@ -117,6 +122,10 @@ type peer struct {
 	expired  int
 	failures int
 	lastErr  string
+	// failingSince is when the current run of failed calls began, and
+	// failWarned whether it was logged as a warning (see failed).
+	failingSince time.Time
+	failWarned   bool
 	// lastFail is the error of the last failed call; progressNext and
 	// progressLag the read cursor and lag watch last saw (the stall rule).
 	lastFail                  string
@@ -162,6 +171,9 @@ type producer struct {
 	m       *core.Metrics
 	gm      metric.MeasurementOption // this group's attributes
 	log     zerolog.Logger
+	// departed reports whether a node's pubsub stopped on purpose (its
+	// producers retired with this node's workers; core.Runtime.Departed).
+	departed func(node string) bool
 
 	buf  *store                // the buffered messages, compact
 	ring *ringbuf.Ring[record] // buf's ring: cursors, times and every decision
@@ -209,7 +221,7 @@ func NewProducer(rt *core.Runtime, group uint32, root *actor.PID, d *delivery.Di
 		starts++
 		return &producer{cfg: rt.Cfg, group: group, node: rt.Node, root: root, d: d, queue: rt.Queues[group], hook: rt.Hook,
 			version: faults.Version(rt.Hook), m: rt.Metrics, gm: rt.Metrics.Group(group), log: rt.Log.With().Uint32("group", group).Logger(), restarted: starts > 1,
-			dur: rt.Durable}
+			dur: rt.Durable, departed: rt.Departed}
 	}
 }
 
@@ -807,7 +819,7 @@ func (p *producer) join(ctx actor.Context, pe *peer, ack *messages.RegisterAck) 
 	default:
 		// A node this producer never reached in this incarnation: it is owed
 		// what was written since it started.
-		d = p.ring.Join(pe.since)
+		d = p.ring.Join(plant.JoinSince(pe.since))
 	}
 	req := &messages.Register{ProtocolVersion: messages.ProtocolVersion, PubsubName: p.cfg.Name, ProducerNode: p.node,
 		ProducerIncarnation: p.inc, Group: p.group, Join: true, WorkerIncarnation: ack.WorkerIncarnation, NextCursor: d.From,
@@ -947,6 +959,7 @@ func (p *producer) checkDrain(ctx actor.Context) {
 				lag = d.Lag
 			}
 			res.Away[pe.m.Name] = lag
+			res.Owed = res.Owed || lag > 0 || (pe.workerInc == 0 && p.ring.WriteCursor() > 0)
 		default:
 			return // reachable and not done yet
 		}
@@ -1021,17 +1034,37 @@ func (p *producer) answered(pe *peer) {
 		p.log.Info().Str("peer", pe.m.Name).Int("failed_calls", pe.failures).Msg("node reachable again")
 	}
 	pe.failures, pe.lastErr, pe.lastAck, pe.callable = 0, "", time.Now(), true
+	pe.failWarned = false
 	pe.gauge.Failures.Store(0)
 }
 
 // failed leaves pe's cursor where it is and retries after RetryInterval. It
 // logs the first failure and then every 50th, never one line per attempt.
+//
+// A healthy start or a normal stop does not warn: while a run of failures
+// is younger than StallAfter, a node that never answered this producer (it
+// is still starting), whose pubsub is not running (a dead letter: it is
+// starting or was stopped on purpose) or that retired its own producers
+// here (stopped on purpose) is logged at Info, once. A run that
+// lasts longer is a warning, the first time a failure sees it so.
 func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
 	pe.lastFail = err.Error()
 	pe.callable = false // the next call waits until the node accepts a connection (reach.go)
-	if pe.failures == 1 || pe.failures%50 == 0 {
-		p.log.Warn().Str("peer", pe.m.Name).Err(err).Int("failures", pe.failures).Msg("call to node failed: will retry")
+	if pe.failures == 1 {
+		pe.failingSince = time.Now()
+	}
+	failingFor := time.Since(pe.failingSince)
+	quiet := failingFor < p.cfg.StallAfter() &&
+		(pe.lastAck.IsZero() || errors.Is(err, actor.ErrDeadLetter) || p.departed(pe.m.Address))
+	switch {
+	case quiet && pe.failures == 1:
+		p.log.Info().Str("peer", pe.m.Name).Err(err).
+			Msg("node not answering yet (its pubsub is starting, or was stopped): will retry")
+	case !quiet && (!pe.failWarned || pe.failures%50 == 0):
+		pe.failWarned = true
+		p.log.Warn().Str("peer", pe.m.Name).Err(err).Int("failures", pe.failures).
+			Dur("failing_for_ms", failingFor.Round(time.Millisecond)).Msg("call to node failed: will retry")
 	}
 	pe.retrying = true
 	pe.retryCancel = p.sched.SendOnce(p.cfg.RetryInterval, ctx.Self(), &retryPeer{node: pe.m.Name})
@@ -1095,7 +1128,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	case cluster.Left:
 		if pe != nil && !pe.absent {
 			pe.absent = true
-			p.log.Info().Str("peer", m.Name).Dur("forget_after", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
+			p.log.Info().Str("peer", m.Name).Dur("forget_after_ms", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
 			p.checkDrain(ctx)
 		}
@@ -1159,7 +1192,7 @@ func (p *producer) watch(pe *peer, lag uint64) {
 		pe.stalled = stalled
 		if stalled {
 			p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Uint64("next", pe.next).Str("reason", stallReason(pe)).
-				Dur("stall_after", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
+				Dur("stall_after_ms", p.cfg.StallAfter()).Msg("peer stream stalled: owed messages, read cursor not moving")
 		} else {
 			p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Msg("peer stream moves again")
 		}

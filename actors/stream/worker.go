@@ -97,6 +97,10 @@ type worker struct {
 	// ready is when this node's Start returned (core.Runtime.ReadyAt); nil
 	// in tests of the worker alone, which report the age of started.
 	ready func() (time.Time, bool)
+	// departed, when set (core.Runtime.SetDeparted), is told that a node's
+	// producer retired here (its pubsub stopped on purpose) or registered
+	// again, so that the loss of its connection is not logged as an error.
+	departed func(node string, gone bool)
 }
 
 // startedAgo is what a probe's answer reports (RegisterAck.started_ago_nanos):
@@ -126,7 +130,7 @@ func NewWorker(rt *core.Runtime, group uint32, d *delivery.Dispatcher) actor.Pro
 	p := newWorker(rt.Cfg, group, rt.Node, rt.Incarnation, rt.Started, d, rt.Hook, rt.Metrics, rt.Log)
 	return func() actor.Actor {
 		w := p().(*worker)
-		w.dur, w.ready = rt.Durable, rt.ReadyAt
+		w.dur, w.ready, w.departed = rt.Durable, rt.ReadyAt, rt.SetDeparted
 		return w
 	}
 }
@@ -181,11 +185,29 @@ func (w *worker) Receive(ctx actor.Context) {
 	case *messages.Retire:
 		res = w.retire(m)
 	}
+	if w.departed != nil {
+		w.noteDeparture(req, res)
+	}
 	if ctx.Sender() != nil {
 		ctx.Respond(res)
 	}
 	if w.hook != nil {
 		w.hook.Acked(from, req)
+	}
+}
+
+// noteDeparture tells departed of an accepted Retire (the node stopped on
+// purpose) and of an accepted Register (it runs again).
+func (w *worker) noteDeparture(req, res proto.Message) {
+	switch m := req.(type) {
+	case *messages.Retire:
+		if a, ok := res.(*messages.BatchAck); ok && a.Status == messages.AckStatus_ACK_STATUS_OK {
+			w.departed(m.ProducerNode, true)
+		}
+	case *messages.Register:
+		if a, ok := res.(*messages.RegisterAck); ok && a.Status == messages.AckStatus_ACK_STATUS_OK {
+			w.departed(m.ProducerNode, false)
+		}
 	}
 }
 
@@ -382,7 +404,7 @@ func (w *worker) prune() bool {
 		}
 		w.table.forgot[node] = tombstone{incarnation: k.incarnation, retired: k.retired, expected: k.expected}
 		dropped = true
-		w.log.Info().Str("producer", node).Dur("forget_after", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
+		w.log.Info().Str("producer", node).Dur("forget_after_ms", w.cfg.ForgetAfter).Msg("table full: dropped a producer not heard from")
 	}
 	return dropped
 }

@@ -66,7 +66,7 @@ func (h *heartbeat) tick(ctx actor.Context) {
 		if h.ever {
 			c.env.Log.Info().Str("service_id", h.reg.ID).Msg("registered with consul again (it had lost this node)")
 		} else {
-			c.env.Log.Info().Str("service_id", h.reg.ID).Dur("ttl", c.cfg.TTL).Msg("registered with consul")
+			c.env.Log.Info().Str("service_id", h.reg.ID).Dur("ttl_ms", c.cfg.TTL).Msg("registered with consul")
 		}
 		h.ever = true
 		h.after(ctx, c.cfg.RefreshInterval)

@@ -3,9 +3,9 @@ package main
 import (
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // Config is the demo's configuration, set by main's flags.
@@ -49,6 +49,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// logLevels are the values of LogLevel: zerolog's level names.
+var logLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "panic", "disabled"}
+
 // maxNodes bounds Nodes: the proxy tags each connection with one byte, and
 // the page has room for a handful of columns.
 const maxNodes = 9
@@ -72,8 +75,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("consul must be host:port, got %q: %w", c.Consul, err)
 		}
 	}
-	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil {
-		return fmt.Errorf("log must be a zerolog level, got %q", c.LogLevel)
+	if !slices.Contains(logLevels, c.LogLevel) {
+		return fmt.Errorf("log must be one of %s, got %q", strings.Join(logLevels, ", "), c.LogLevel)
 	}
 	return nil
 }

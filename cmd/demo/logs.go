@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -12,8 +14,25 @@ import (
 // node itself in a node process, whose library logs add "node", its
 // address, and "peer" for another node).
 func newLog(level zerolog.Level) zerolog.Context {
-	w := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !colour(os.Stderr)}
-	return zerolog.New(w).Level(level).With().Timestamp()
+	return newLogTo(os.Stderr, !colour(os.Stderr), level)
+}
+
+// newLogTo is newLog writing to out. Each line's time has milliseconds:
+// zerolog's own timestamp has whole seconds (zerolog.TimeFieldFormat is RFC 3339), so
+// the console's ".000" would always print 000; the demo sets the time itself
+// rather than change zerolog's global format for the library too.
+func newLogTo(out io.Writer, noColor bool, level zerolog.Level) zerolog.Context {
+	w := zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05.000", NoColor: noColor}
+	return zerolog.New(w).Level(level).Hook(msTimestamp{}).With()
+}
+
+// msTimestamp adds the time, to the millisecond, to every line. The
+// console writer parses it with zerolog's RFC 3339 layout, which takes a
+// fraction of a second too.
+type msTimestamp struct{}
+
+func (msTimestamp) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().Format("2006-01-02T15:04:05.000Z07:00"))
 }
 
 // colour reports whether f is a terminal and NO_COLOR (no-color.org) is

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -36,19 +38,15 @@ func run() int {
 	}
 
 	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "number of nodes, each its own OS process")
-	fs.IntVar(&cfg.BufferSize, "buffer", cfg.BufferSize, "EchoPubSub buffer_size: messages a producer keeps for a node that is behind")
-	fs.DurationVar(&cfg.BatchInterval, "batch", cfg.BatchInterval, "EchoPubSub batch_interval: how long a producer collects writes before flushing")
-	fs.DurationVar(&cfg.GoalEvery, "goal-every", cfg.GoalEvery, "time between two automatic goals")
-	fs.IntVar(&cfg.Port, "port", cfg.Port, "HTTP port of the page on 127.0.0.1 (0: any free port)")
-	fs.StringVar(&cfg.Consul, "consul", cfg.Consul, "Consul agent address (host:port) for membership; empty: the embedded static membership")
-	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run the nodes over mutual TLS, with a throw-away CA and certificates made in a temp dir")
-	fs.StringVar(&cfg.LogLevel, "log", cfg.LogLevel, "log level of the demo and its nodes (debug, info, warn, error)")
-	chat := fs.Bool("chat", false, "run the chat demo instead (two nodes in this process, durable room, WebSocket gateway; see chat.go)")
+	var chat bool
+	fs := newFlagSet(&cfg, &chat, flag.ExitOnError)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
 
-	if err := cfg.Validate(); err != nil {
+	err := cfg.Validate()
+	if err == nil && chat {
+		err = chatFlagsOnly(fs)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 2
 	}
@@ -57,7 +55,7 @@ func run() int {
 	defer stop()
 	ctx, restore := stopOnKey(ctx)
 	defer restore()
-	if *chat {
+	if chat {
 		return runChat(ctx, stop, cfg)
 	}
 
@@ -82,4 +80,37 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// newFlagSet binds the demo's flags to cfg and chat.
+func newFlagSet(cfg *Config, chat *bool, h flag.ErrorHandling) *flag.FlagSet {
+	fs := flag.NewFlagSet("demo", h)
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "number of nodes, each its own OS process")
+	fs.IntVar(&cfg.BufferSize, "buffer", cfg.BufferSize, "EchoPubSub buffer_size: messages a producer keeps for a node that is behind")
+	fs.DurationVar(&cfg.BatchInterval, "batch", cfg.BatchInterval, "EchoPubSub batch_interval: how long a producer collects writes before flushing")
+	fs.DurationVar(&cfg.GoalEvery, "goal-every", cfg.GoalEvery, "time between two automatic goals")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "HTTP port of the page on 127.0.0.1 (0: any free port)")
+	fs.StringVar(&cfg.Consul, "consul", cfg.Consul, "Consul agent address (host:port) for membership; empty: the embedded static membership")
+	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run the nodes over mutual TLS, with a throw-away CA and certificates made in a temp dir")
+	fs.StringVar(&cfg.LogLevel, "log", cfg.LogLevel, "log level of the demo and its nodes ("+strings.Join(logLevels, ", ")+")")
+	fs.BoolVar(chat, "chat", false, fmt.Sprintf("run the chat demo instead (%d nodes in this process, durable room, WebSocket gateway; see chat.go); it takes -%s only",
+		chatNodes, strings.Join(chatFlags, " and -")))
+	return fs
+}
+
+// chatFlags are the flags the chat demo uses besides -chat: the others
+// configure the ScoreBoard's node processes, which the chat does not run.
+var chatFlags = []string{"port", "log"}
+
+// chatFlagsOnly refuses a flag set on the command line that the chat demo
+// would ignore, naming it and its value.
+func chatFlagsOnly(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err == nil && f.Name != "chat" && !slices.Contains(chatFlags, f.Name) {
+			err = fmt.Errorf("-chat runs its own %d nodes in this process and takes -%s only: -%s %s does not apply to it",
+				chatNodes, strings.Join(chatFlags, " and -"), f.Name, f.Value)
+		}
+	})
+	return err
 }

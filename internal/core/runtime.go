@@ -96,6 +96,28 @@ type Runtime struct {
 	// readyAt is when Start returned, in nanoseconds after Started, plus
 	// one (0: Start still runs). Set once by MarkReady.
 	readyAt atomic.Int64
+	// departed is the nodes (address -> struct{}) whose producers retired
+	// with this node's workers, their pubsub stopped on purpose, until they
+	// register again (SetDeparted). Read by the protoactor log adapter.
+	departed sync.Map
+}
+
+// SetDeparted records that node's pubsub stopped on purpose (gone: one of
+// its producers retired here) or runs again (a producer registered). Safe
+// for concurrent use.
+func (rt *Runtime) SetDeparted(node string, gone bool) {
+	if gone {
+		rt.departed.Store(node, struct{}{})
+	} else {
+		rt.departed.Delete(node)
+	}
+}
+
+// Departed reports whether node's pubsub stopped on purpose, as far as this
+// node was told (SetDeparted). Safe for concurrent use.
+func (rt *Runtime) Departed(node string) bool {
+	_, ok := rt.departed.Load(node)
+	return ok
 }
 
 // MarkReady records that Start returns now (Start calls it last).

@@ -45,6 +45,8 @@ type Metrics struct {
 	storeFailing                  atomic.Int64 // 1 while the node-local store's writes fail
 	storeUnstored                 metric.Int64Counter
 	reservations                  atomic.Pointer[func() int64] // read by the gauge's callback
+	stalledSessionsGauge          metric.Int64ObservableGauge
+	stalledSessions               atomic.Pointer[func() int64] // read by the gauge's callback
 	pubsubOnly                    metric.MeasurementOption
 	dropAttrs, bpAttrs            map[string]metric.MeasurementOption
 	actionAttrs, sessPressureAttr map[string]metric.MeasurementOption
@@ -175,6 +177,7 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		return nil, err
 	}
 	m.reservationsGauge = gauge("echopubsub.session.reservations", "{reservation}", "Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")
+	m.stalledSessionsGauge = gauge("echopubsub.session.stalled", "{session}", "Sessions on this node that hold deliveries and acknowledged none for StallAfter (their owners were told SessionStalled).")
 	m.storeFailingGauge = gauge("echopubsub.store.failing", "1", "1 while this node's node-local durable store fails to write (live delivery goes on; what it cannot store becomes gap rows), else 0.")
 	m.storeUnstored = counter("echopubsub.store.unstored_rows", "{row}", "Durable rows this node received and delivered but its failing store could not write: each is counted in a gap row once the store recovers.")
 	if err != nil {
@@ -212,9 +215,12 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 		if f := m.reservations.Load(); f != nil {
 			o.ObserveInt64(m.reservationsGauge, (*f)(), m.pubsubOnly)
 		}
+		if f := m.stalledSessions.Load(); f != nil {
+			o.ObserveInt64(m.stalledSessionsGauge, (*f)(), m.pubsubOnly)
+		}
 		o.ObserveInt64(m.storeFailingGauge, m.storeFailing.Load(), m.pubsubOnly)
 		return nil
-	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge, m.storeFailingGauge)
+	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge, m.stalledSessionsGauge, m.storeFailingGauge)
 	if err != nil {
 		return nil, err
 	}
@@ -382,6 +388,14 @@ func (m *Metrics) StoreUnstored(n int) {
 func (m *Metrics) ObserveReservations(f func() int64) {
 	if m != nil {
 		m.reservations.Store(&f)
+	}
+}
+
+// ObserveStalledSessions makes the echopubsub.session.stalled gauge read f
+// (the session engine's count of stalled sessions).
+func (m *Metrics) ObserveStalledSessions(f func() int64) {
+	if m != nil {
+		m.stalledSessions.Store(&f)
 	}
 }
 

@@ -5,4 +5,7 @@
 // what is declared) and resolves each reference written as code, such as
 // `seglog.Open`, `PubSub.Broadcast`, `consul.Config.Token`,
 // `internal/core.Runtime` and bare exported names such as `WithStore`.
+//
+// It also holds the test that the log keys in that source read right: no key
+// built from data, and a unit in every duration key.
 package docref

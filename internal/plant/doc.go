@@ -18,6 +18,9 @@
 //	                  to see the soak stay clean
 //	ack_first         a worker marks an entry delivered (what it acknowledges) before
 //	                  delivering it, with the crash hook in between
+//	join_at_write     a producer starts a node it joins at its write cursor: what was
+//	                  written after the node's Start and before the join is skipped
+//	                  (the bug bb62e44 fixed; only publishing during a join exposes it)
 //
 // Session defects (caught by test/e2e's session soak, not in All):
 //
@@ -26,6 +29,11 @@
 //	resume_redeliver  a WithFrom(c) subscription with c > 1 starts at c-1: the row
 //	                  the owner acknowledged last is delivered again
 //	gap_notice_lost   a catch-up passes over a gap row without its *StreamGap
+//	truncated_notice_lost  a catch-up passes over rows retention removed without
+//	                  its *StreamTruncated (only retention exposes it)
+//	append_error_ignored   a durable broadcast whose append failed is queued as if
+//	                  stored, with no cursor (only a failing store exposes it:
+//	                  the soak's PostgreSQL faults)
 package plant
 
 // Env is the environment variable that chooses the defect.
@@ -38,17 +46,20 @@ const (
 	WorkerSkip       = "worker_skip"
 	ProducerAdvance  = "producer_advance"
 	AckBeforeDeliver = "ack_first"
+	JoinAtWrite      = "join_at_write"
 
-	CatchUpSkip     = "catchup_skip"
-	ResumeRedeliver = "resume_redeliver"
-	GapNoticeLost   = "gap_notice_lost"
+	CatchUpSkip         = "catchup_skip"
+	ResumeRedeliver     = "resume_redeliver"
+	GapNoticeLost       = "gap_notice_lost"
+	TruncatedNoticeLost = "truncated_notice_lost"
+	AppendErrorIgnored  = "append_error_ignored"
 )
 
 // Sessions lists the session defects the session soak must catch.
-var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost}
+var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost, TruncatedNoticeLost, AppendErrorIgnored}
 
 // All lists every defect the soak must catch (see producer_advance above).
-var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver}
+var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver, JoinAtWrite}
 
 // Rates of the planted defects.
 const (

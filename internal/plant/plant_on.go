@@ -3,6 +3,7 @@
 package plant
 
 import (
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -102,3 +103,21 @@ func ResumeFrom(from uint64) uint64 {
 
 // DropGapNotice reports whether a catch-up passes over a gap row silently.
 func DropGapNotice() bool { return defect == GapNoticeLost }
+
+// DropTruncatedNotice reports whether a catch-up passes over rows
+// retention removed without its *StreamTruncated.
+func DropTruncatedNotice() bool { return defect == TruncatedNoticeLost }
+
+// IgnoreAppendError reports whether a durable broadcast whose append
+// failed is queued anyway, as if stored (with no cursor).
+func IgnoreAppendError() bool { return defect == AppendErrorIgnored }
+
+// JoinSince is the instant a joining node is owed messages from (planted:
+// none written so far: the node starts at the producer's write cursor, and
+// what was written between its Start and its registration is skipped).
+func JoinSince(since int64) int64 {
+	if defect == JoinAtWrite {
+		return math.MaxInt64
+	}
+	return since
+}

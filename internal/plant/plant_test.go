@@ -11,7 +11,7 @@ func TestNormalBuildPlantsNothing(t *testing.T) {
 	var expected uint64 = 7
 	AckFirst[DeliveredHook](&expected, 7, nil, "n")
 	if DropLocal(true) || DropAfterResumed("s") || SkipEntry() || Advance(1, 9) != 1 || expected != 7 ||
-		SkipCatchUpRow() || ResumeFrom(5) != 5 || DropGapNotice() {
+		SkipCatchUpRow() || ResumeFrom(5) != 5 || DropGapNotice() || DropTruncatedNotice() || IgnoreAppendError() || JoinSince(5) != 5 {
 		t.Fatal("a normal build planted a defect")
 	}
 }

@@ -107,6 +107,12 @@ var (
 	ErrEngineClosed = core.ErrStopped
 )
 
+// UnknownSession is ErrUnknownSession naming id (quoted, cut at 64 bytes:
+// an id can come from a client).
+func UnknownSession(id string) error {
+	return fmt.Errorf("%w %.64q", ErrUnknownSession, id)
+}
+
 // Action is the slow-consumer action.
 type Action int
 
@@ -128,6 +134,9 @@ type Limits struct {
 	// Wait is how long a held live delivery waits for room while the owner
 	// acknowledges nothing (see Pacing); 0: deliveries are never held.
 	Wait time.Duration
+	// StallAfter is how long a session may hold deliveries without an ack
+	// before it is reported stalled (stall.go); 0: never reported.
+	StallAfter time.Duration
 }
 
 // Sender delivers to actors. The root package passes the actor system's
@@ -155,6 +164,9 @@ type Engine struct {
 	m        *core.Metrics // set by SetMetrics before the first session; nil: not counted
 	pacer    Pacer         // set by SetPacer before the first session; nil: no pacing
 
+	stallNotice StallNotice  // set by SetStallNotice before the first session; nil: stalls not watched
+	stalledN    atomic.Int64 // sessions stalled now (stall.go)
+
 	mu       sync.RWMutex
 	sessions map[string]*Session
 }
@@ -168,11 +180,13 @@ func New(lim Limits, node string, out Sender, log zerolog.Logger, onClose func(*
 }
 
 // SetMetrics makes e count its slow-consumer actions, SessionPressure
-// notices and refusals on m, and report its pending reservations there.
+// notices and refusals on m, and report its pending reservations and
+// stalled sessions there.
 // Call it before the first session opens.
 func (e *Engine) SetMetrics(m *core.Metrics) {
 	e.m = m
 	m.ObserveReservations(e.reserved.Load)
+	m.ObserveStalledSessions(e.stalledN.Load)
 }
 
 // Session is one open (or closed) session.
@@ -201,6 +215,14 @@ type Session struct {
 	// roomWanted: a catch-up row was NoRoom (Catch): Room once acks make
 	// room, as for a held delivery, but with no stall timer.
 	roomWanted bool
+	// Stalled sessions (stall.go): quiet is when the session last acked or
+	// its pending count last became non-zero (core.Monotonic); watch
+	// checks it (watching: armed); idle: reported stalled.
+	quiet    int64
+	watch    *time.Timer
+	watching bool
+	idle     bool
+	heldOn   int // Handoff: pending deliveries already handed on to the consumer
 }
 
 // ID is the session's id.
@@ -284,6 +306,7 @@ func (e *Engine) deliver(s *Session, durable, paced bool, build func(deliveryID 
 		e.finishClose(s, closed, e.lim.Action == ExitOwner)
 		return ClosedHardQueue
 	}
+	e.watchDelivery(s)
 	id, ok := e.reserve(s)
 	if !ok {
 		s.mu.Unlock()
@@ -351,7 +374,7 @@ func (e *Engine) lookup(id string) (*Session, error) {
 		if e.closed.Load() {
 			return nil, ErrEngineClosed
 		}
-		return nil, ErrUnknownSession
+		return nil, UnknownSession(id)
 	}
 	return s, nil
 }
@@ -381,7 +404,7 @@ func (e *Engine) openLocked(id string) (*Session, error) {
 	s.mu.Lock()
 	if !s.open {
 		s.mu.Unlock()
-		return nil, ErrUnknownSession
+		return nil, UnknownSession(id)
 	}
 	return s, nil
 }
@@ -395,6 +418,7 @@ func (e *Engine) release(s *Session, deliveryID uint64) {
 		e.pressure(s, messages.SessionPressureState_SESSION_PRESSURE_STATE_SOFT_QUEUE_RELIEVED)
 	}
 	e.acked(s)
+	e.watchAck(s, deliveryID)
 }
 
 // AckMany releases each of ids that s holds; the others are appended to
@@ -497,6 +521,7 @@ func (e *Engine) closeLocked(s *Session, reason messages.SessionCloseReason, det
 	if s.waiting || s.roomWanted {
 		e.endWait(s)
 	}
+	e.unwatch(s)
 	released := len(s.res)
 	e.reserved.Add(-int64(released))
 	s.res = nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -103,8 +104,8 @@ func TestDeliveryIDsIncreaseAndAckReleasesOne(t *testing.T) {
 			t.Fatalf("Ack(%d) never issued: %v", bad, err)
 		}
 	}
-	if _, err := e.Ack("nope", 1); !errors.Is(err, ErrUnknownSession) {
-		t.Fatalf("unknown session: %v", err)
+	if _, err := e.Ack("nope", 1); !errors.Is(err, ErrUnknownSession) || err.Error() != `echopubsub: unknown session "nope"` {
+		t.Fatalf("unknown session: %v, want ErrUnknownSession naming the id", err)
 	}
 	if e.Pending("nope") != 0 || e.Reserved() != 2 {
 		t.Fatalf("pending(nope) %d, reserved %d", e.Pending("nope"), e.Reserved())
@@ -385,9 +386,19 @@ func BenchmarkAck(b *testing.B) {
 }
 
 // The ack path does not allocate (nor does a reservation, once the
-// session's table has grown).
+// session's table has grown), with stalls watched (the watch's timer is
+// made once per session, then reset) as without.
 func TestAckDoesNotAllocate(t *testing.T) {
-	e := New(Limits{SoftQueue: 500, HardQueue: 2000, MaxReservations: 1 << 20, MaxBatchItems: 1000}, "n", nopSender{}, zerolog.Nop(), nil)
+	for _, watched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watched=%v", watched), func(t *testing.T) { ackDoesNotAllocate(t, watched) })
+	}
+}
+
+func ackDoesNotAllocate(t *testing.T, watched bool) {
+	e := New(Limits{SoftQueue: 500, HardQueue: 2000, MaxReservations: 1 << 20, MaxBatchItems: 1000, StallAfter: time.Hour}, "n", nopSender{}, zerolog.Nop(), nil)
+	if watched {
+		e.SetStallNotice(func(*Session, bool, int, time.Duration) interface{} { return nil })
+	}
 	s, _ := e.Open("a", actor.NewPID("local", "o"), nil)
 	var last uint64
 	build := func(id uint64) interface{} { last = id; return nil }

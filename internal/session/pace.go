@@ -96,7 +96,7 @@ func (e *Engine) stall(s *Session, gen uint64) {
 	}
 	s.wait = nil
 	s.waiting, s.stalled = false, true
-	e.log.Warn().Str("owner", s.owner.String()).Int("pending", len(s.res)).Dur("wait", e.lim.Wait).
+	e.log.Warn().Str("owner", s.owner.String()).Int("pending", len(s.res)).Dur("wait_ms", e.lim.Wait).
 		Msg("session owner acknowledged nothing while deliveries waited for room: delivering on, HardQueue applies")
 	e.pacer.Room(s)
 }
@@ -149,6 +149,7 @@ func (e *Engine) Handed(id string, deliveryID uint64) error {
 		return nil
 	}
 	stopped := s.waiting && s.wait == nil
+	e.watchHanded(s, deliveryID)
 	s.handed = deliveryID
 	if stopped && s.handed+1 >= s.next {
 		e.startClock(s)

@@ -78,13 +78,21 @@ const (
 
 var keyFormat = []byte("format")
 
+// lockWait is how long Open waits for another holder's lock on the file
+// (a process that is still stopping lets go within it).
+var lockWait = 5 * time.Second
+
 // Open opens (or creates) the embedded store at path. It waits at
 // most 5 s for another process's lock on the file.
 func Open(path string) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("echopubsub: bolt store path must not be empty")
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockWait})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("echopubsub: open bolt store %q: the file is locked (another process, or another Open in this one, has it open; waited %v): %w",
+			path, lockWait, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: open bolt store %q: %w", path, err)
 	}

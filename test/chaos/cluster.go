@@ -27,8 +27,13 @@ type ClusterOptions struct {
 	// NodeArgs, when set, adds flags to each node process's command line
 	// (the same on every incarnation of the slot).
 	NodeArgs func(nd *NodeProc) []string
-	Dir      string // logs: one file per process
-	Nodes    int
+	// Started, when set, runs right after each node's first process is up,
+	// before the next node starts (NewCluster starts them one by one): a
+	// soak that subscribes and publishes there publishes while the cluster
+	// is still joining.
+	Started func(c *Cluster, i int) error
+	Dir     string // logs: one file per process
+	Nodes   int
 	// Netns puts every node in its own network namespace, linked by veth to
 	// a bridge in a hub namespace where the proxy runs. Needs root; enables
 	// partitions and packet loss (iptables inside the node namespaces).
@@ -132,9 +137,14 @@ func NewCluster(opt ClusterOptions) (c *Cluster, err error) {
 		}
 		c.Nodes = append(c.Nodes, nd)
 	}
-	for _, nd := range c.Nodes {
+	for i, nd := range c.Nodes {
 		if err := c.startNode(nd); err != nil {
 			return c, err
+		}
+		if opt.Started != nil {
+			if err := opt.Started(c, i); err != nil {
+				return c, err
+			}
 		}
 	}
 	return c, nil
@@ -313,6 +323,9 @@ func (c *Cluster) WaitRegistered(timeout time.Duration) error {
 	})
 }
 
+// Poll is poll, for soaks of other modules (test/e2e's session soak).
+func Poll(timeout time.Duration, cond func() (bool, string)) error { return poll(timeout, cond) }
+
 // poll checks cond every 50 ms until it holds, or fails at the deadline
 // with cond's last explanation.
 func poll(timeout time.Duration, cond func() (bool, string)) error {
@@ -364,8 +377,12 @@ func (c *Cluster) DroppedPackets(i int) (int64, error) {
 
 // ProcState is the state letter of node i's process in /proc/<pid>/stat
 // (R, S, T for stopped, ...).
-func (c *Cluster) ProcState(i int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Nodes[i].Proc.Pid()))
+func (c *Cluster) ProcState(i int) (string, error) { return PidState(c.Nodes[i].Proc.Pid()) }
+
+// PidState is the state letter of process pid in /proc/<pid>/stat (R, S,
+// T for stopped, ...): how a SIGSTOP is confirmed.
+func PidState(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return "", err
 	}

@@ -75,6 +75,10 @@ const (
 	// store's end (Event.StoreEnd).
 	OpOpen     = "open"
 	OpSessions = "sessions"
+	// OpStall makes the open session of each of Command.Owners stop
+	// committing and acking (test/e2e's owner_hardqueue fault: the library
+	// closes it at HardQueue); with What "resume", go on.
+	OpStall = "stall"
 	// Proxy ops.
 	OpRoute    = "route"
 	OpMode     = "mode"
@@ -124,6 +128,13 @@ type OwnerInfo struct {
 	Next    uint64 `json:"next"`
 	Pending int    `json:"pending"`
 	Closed  bool   `json:"closed,omitempty"`
+	// Reason is the SessionClosed reason (closed sessions); Committed the
+	// last cursor its owner committed; Replayed whether its last envelope
+	// was read from the store (a catch-up, which never closes a session at
+	// HardQueue: its rows wait in the store).
+	Reason    string `json:"reason,omitempty"`
+	Committed uint64 `json:"committed,omitempty"`
+	Replayed  bool   `json:"replayed,omitempty"`
 }
 
 // Event is one line a node or proxy writes.
@@ -144,7 +155,9 @@ type Event struct {
 	// status: crashes the node's fault hook injected so far.
 	ProducerCrashes int64 `json:"producer_crashes,omitempty"`
 	WorkerCrashes   int64 `json:"worker_crashes,omitempty"`
-	// behind: (subscriber, publisher) pairs neither caught up nor told.
+	// behind: (subscriber, publisher) pairs neither caught up nor told;
+	// sessions (session nodes): what the node's producers still owe their
+	// peers (lags, and 1 per peer not joined).
 	Behind int `json:"behind,omitempty"`
 	// violation.
 	Violation *test.Violation `json:"violation,omitempty"`

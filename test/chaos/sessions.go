@@ -83,6 +83,13 @@ type StoreRow struct {
 	// A message row: the stamp it carries.
 	Publisher string
 	Seq       uint64
+	// With retention on, the truth is the rows the store held at any time
+	// (test/e2e's session soak copies them as they appear): Trimmed marks a
+	// row the store no longer held at the end, Unknown a cursor no copy
+	// caught before it was trimmed (its row cannot be judged, only its
+	// place in the order).
+	Trimmed bool `json:",omitempty"`
+	Unknown bool `json:",omitempty"`
 }
 
 // SessionFile is one process's record with the store its sessions read
@@ -117,6 +124,10 @@ type SessionCheck struct {
 	// committed cursor + 1 (the harness's own mistake), anything after
 	// SessionClosed.
 	SilentGaps, TailGaps, Reorders, RedeliveredAfterAck, WrongRows, BadResumes, AfterClose int64
+	// StoreHoles: recorded broadcasts a store lacks with no gap row of
+	// their node where they would have been (storeHoles): a silent gap in
+	// the store itself, which no session judged against it could show.
+	StoreHoles int64
 	// GapRowsJumped: of the silent gaps, the gap rows passed over without
 	// their StreamGap (a notice lost).
 	GapRowsJumped int64
@@ -132,6 +143,9 @@ type SessionCheck struct {
 	// lost nothing (the plain soak's "producer restarted" CursorExpired:
 	// unknowable, not a false alarm).
 	FalseAlarms, Precautionary int64
+	// Unjudged: envelopes and StreamGaps at an Unknown row (a cursor the
+	// truth lost to retention): their order is checked, their content not.
+	Unjudged int64
 	// OtherNotices by Go type (CursorExpired, BackPressure,
 	// SessionPressure): the pubsub's live notices, which the store's gap
 	// rows cover for a WithFrom subscription; counted, not judged.
@@ -141,7 +155,7 @@ type SessionCheck struct {
 
 // Failed reports whether the verdict breaks the guarantee.
 func (s *SessionCheck) Failed() bool {
-	return s.SilentGaps+s.TailGaps+s.Reorders+s.RedeliveredAfterAck+s.WrongRows+s.BadResumes+s.AfterClose > 0
+	return s.SilentGaps+s.TailGaps+s.Reorders+s.RedeliveredAfterAck+s.WrongRows+s.BadResumes+s.AfterClose+s.StoreHoles > 0
 }
 
 // Summary renders the verdict.
@@ -149,13 +163,13 @@ func (s *SessionCheck) Summary() string {
 	out := fmt.Sprintf("sessions %d (%d resumed WithFrom(committed+1) after their node was killed) for %d owners; "+
 		"%d store rows owed, %d envelopes (%d replayed), %d commits\n",
 		s.Sessions, s.Resumed, s.Owners, s.Rows, s.Envelopes, s.Replayed, s.Commits)
-	out += fmt.Sprintf("store rows beyond the recorded broadcasts: %d repeating a stamp, %d not recorded\n",
-		s.StoreRepeats, s.Unrecorded)
+	out += fmt.Sprintf("store rows beyond the recorded broadcasts: %d repeating a stamp, %d not recorded; recorded broadcasts missing from a store with no gap row: %d\n",
+		s.StoreRepeats, s.Unrecorded, s.StoreHoles)
 	out += fmt.Sprintf("silent gaps %d (+ tail %d; gap rows without their StreamGap %d), reorders/duplicates %d, redelivered after ack %d, wrong rows %d, "+
 		"bad resumes %d, after close %d\n", s.SilentGaps, s.TailGaps, s.GapRowsJumped, s.Reorders, s.RedeliveredAfterAck, s.WrongRows,
 		s.BadResumes, s.AfterClose)
-	out += fmt.Sprintf("notices: StreamGap %d, StreamTruncated %d, closed with cause %d; false alarms %d, precautionary %d; other notices %v\n",
-		s.StreamGaps, s.Truncated, s.ClosedWithCause, s.FalseAlarms, s.Precautionary, s.OtherNotices)
+	out += fmt.Sprintf("notices: StreamGap %d, StreamTruncated %d, closed with cause %d; false alarms %d, precautionary %d, unjudged (rows lost to retention before they were copied) %d; other notices %v\n",
+		s.StreamGaps, s.Truncated, s.ClosedWithCause, s.FalseAlarms, s.Precautionary, s.Unjudged, s.OtherNotices)
 	for i, v := range s.Violations {
 		if i == 20 {
 			out += fmt.Sprintf("... %d more\n", len(s.Violations)-20)
@@ -244,7 +258,7 @@ func CheckSessions(files []SessionFile, stores map[string][]StoreRow) (*SessionC
 		byPub := map[string][]pubRow{}
 		held := map[[2]interface{}]bool{}
 		for _, r := range rows {
-			if !r.Gap {
+			if !r.Gap && !r.Unknown {
 				byPub[r.Publisher] = append(byPub[r.Publisher], pubRow{r.Cursor, r.Seq})
 				if key := [2]interface{}{r.Publisher, r.Seq}; held[key] {
 					res.StoreRepeats++
@@ -257,6 +271,7 @@ func CheckSessions(files []SessionFile, stores map[string][]StoreRow) (*SessionC
 			}
 		}
 		real.stores[name] = byPub
+		storeHoles(res, name, rows, byPub, pubNode, pubLast)
 	}
 	// Sessions of one owner in the order they were opened.
 	sort.SliceStable(runs, func(i, j int) bool { return runs[i].at < runs[j].at })
@@ -296,6 +311,52 @@ func CheckSessions(files []SessionFile, stores map[string][]StoreRow) (*SessionC
 		res.Messages += int64(l)
 	}
 	return res, nil
+}
+
+// storeHoles checks that a store holds every recorded broadcast: per
+// publisher, its numbers rise with the store's cursors, and a number
+// missing (mid-stream, before its first row or after its last) must have a
+// gap row of the publisher's node (or an Unknown row) where it would have
+// been. A session judged against a store that silently lacks a message
+// would never be missing it: this is the store's own silent gap.
+func storeHoles(res *SessionCheck, store string, rows []StoreRow, byPub map[string][]pubRow, pubNode map[string]string, pubLast map[string]uint64) {
+	// covered reports whether a gap row of origin (or an Unknown row) lies
+	// at a cursor in (from, to).
+	covered := func(origin string, from, to uint64) bool {
+		for c := from + 1; c < to; c++ {
+			if r, ok := rowAt(rows, c); ok && (r.Unknown || r.Gap && r.Origin == origin) {
+				return true
+			}
+		}
+		return false
+	}
+	end := uint64(1)
+	if len(rows) > 0 {
+		end = rows[len(rows)-1].Cursor + 1
+	}
+	pubs := make([]string, 0, len(pubLast))
+	for pub := range pubLast {
+		pubs = append(pubs, pub)
+	}
+	sort.Strings(pubs)
+	for _, pub := range pubs {
+		origin := pubNode[pub]
+		var seq, cursor uint64 // the publisher's last row so far
+		check := func(next, at uint64) {
+			if next > seq+1 && !covered(origin, cursor, at) {
+				res.StoreHoles += int64(next - seq - 1)
+				res.violate("store %s: %s's messages %d to %d are missing between cursors %d and %d, and no gap row of %s says so",
+					store, pub, seq+1, next-1, cursor, at, origin)
+			}
+		}
+		for _, r := range byPub[pub] {
+			check(r.seq, r.cursor)
+			if r.seq > seq {
+				seq, cursor = r.seq, r.cursor
+			}
+		}
+		check(pubLast[pub]+1, end)
+	}
 }
 
 // rowAt returns the row with cursor c (rows are contiguous from their
@@ -342,7 +403,9 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 				res.violate("%s: rows %d to %d never arrived, no notice (%d of them messages)", name, pos, c-1, gapRows(rows, pos, c))
 			}
 			row, ok := rowAt(rows, c)
-			if !ok || row.Gap || row.Publisher != ev[3] || row.Seq != seq {
+			if ok && row.Unknown {
+				res.Unjudged++
+			} else if !ok || row.Gap || row.Publisher != ev[3] || row.Seq != seq {
 				res.WrongRows++
 				res.violate("%s: envelope at cursor %d carries %s/%d; the store holds %+v (found %v)", name, c, ev[3], seq, row, ok)
 			}
@@ -361,6 +424,8 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 			}
 			row, ok := rowAt(rows, c)
 			switch {
+			case ok && row.Unknown:
+				res.Unjudged++
 			case !ok || !row.Gap:
 				res.FalseAlarms++
 				res.violate("%s: StreamGap at %d, where the store holds %+v (found %v)", name, c, row, ok)
@@ -381,8 +446,11 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 				res.Reorders++
 				res.violate("%s: StreamTruncated from %d, the next row owed is %d", name, from, pos)
 			}
-			if _, ok := rowAt(rows, from); ok {
-				res.FalseAlarms++ // the store still holds the rows it said it forgot
+			// Retention forgets the oldest rows first: the notice is true if
+			// the last row it says was forgotten was gone by the end.
+			if row, ok := rowAt(rows, max(first, from+1)-1); ok && !row.Trimmed {
+				res.FalseAlarms++ // the store still holds at the end rows it said it forgot
+				res.violate("%s: false alarm: StreamTruncated from %d to %d, and the store still holds row %d", name, from, first, row.Cursor)
 			}
 			pos = max(pos, first)
 		case "c":

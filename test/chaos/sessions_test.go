@@ -8,9 +8,9 @@ import (
 
 // sessionEv is one thing an owner got, for a synthetic record.
 type sessionEv struct {
-	kind   byte // e envelope, g StreamGap, k commit, c closed
-	cursor uint64
-	seq    uint64 // e: the stamp's seq of publisher p
+	kind   byte   // e envelope, g StreamGap, k commit, c closed, t StreamTruncated
+	cursor uint64 // t: From
+	seq    uint64 // e: the stamp's seq of publisher p; t: FirstKept
 	reason string // c
 }
 
@@ -41,6 +41,8 @@ func sessionRecord(t *testing.T, dir, name string, froms []uint64, sessions ...[
 				rec.Committed(sid, ev.cursor)
 			case 'c':
 				rec.SessionClosed(sid, ev.reason)
+			case 't':
+				rec.StreamTruncated(sid, ev.cursor, ev.seq)
 			}
 		}
 	}
@@ -53,6 +55,21 @@ func sessionRecord(t *testing.T, dir, name string, froms []uint64, sessions ...[
 func e(c, seq uint64) sessionEv { return sessionEv{kind: 'e', cursor: c, seq: seq} }
 func g(c uint64) sessionEv      { return sessionEv{kind: 'g', cursor: c} }
 func k(c uint64) sessionEv      { return sessionEv{kind: 'k', cursor: c} }
+
+func tr(from, first uint64) sessionEv { return sessionEv{kind: 't', cursor: from, seq: first} }
+
+// trimmed returns rows with the first n marked Trimmed (retention forgot
+// them before the end) and the one at unknown (if > 0) Unknown.
+func trimmed(rows []StoreRow, n int, unknown uint64) []StoreRow {
+	r := append([]StoreRow(nil), rows...)
+	for i := range r {
+		r[i].Trimmed = i < n
+		if r[i].Cursor == unknown {
+			r[i] = StoreRow{Cursor: unknown, Unknown: true, Trimmed: true}
+		}
+	}
+	return r
+}
 
 // TestCheckSessionsRules plants each violation the session verdict names
 // into an otherwise clean record, and checks that it is counted, and only
@@ -92,20 +109,39 @@ func TestCheckSessionsRules(t *testing.T) {
 		{name: "after close", froms: []uint64{1},
 			sessions: [][]sessionEv{{e(1, 1), {kind: 'c', reason: "SESSION_CLOSE_REASON_CLOSED"}, e(2, 2)}},
 			want:     func(c *SessionCheck) int64 { return c.AfterClose }},
-		{name: "false alarm: the gap's origin lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{clean},
+		{name: "false alarm: the gap's origin lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{append(clean, g(7))},
 			rows: func() []StoreRow {
 				r := append([]StoreRow(nil), rows...)
-				r[2].Origin = "A" // every p stamp is stored
-				return r
+				r[2].Origin = "A"                                             // every p stamp is stored
+				return append(r, StoreRow{Cursor: 7, Gap: true, Origin: "X"}) // q/1, told
 			}(),
 			want: func(c *SessionCheck) int64 { return c.FalseAlarms }},
-		{name: "precautionary: a producer restart that lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{clean},
+		{name: "precautionary: a producer restart that lost nothing", froms: []uint64{1}, sessions: [][]sessionEv{append(clean, g(7))},
 			rows: func() []StoreRow {
 				r := append([]StoreRow(nil), rows...)
 				r[2].Origin, r[2].Reason = "A", "producer restarted"
-				return r
+				return append(r, StoreRow{Cursor: 7, Gap: true, Origin: "X"}) // q/1, told
 			}(),
 			want: func(c *SessionCheck) int64 { return c.Precautionary }},
+		{name: "store hole: p/5 never stored, no gap row of A", froms: []uint64{1}, rows: rows[:5],
+			sessions: [][]sessionEv{{e(1, 1), e(2, 2), g(3), e(4, 3), e(5, 4)}},
+			want:     func(c *SessionCheck) int64 { return c.StoreHoles }},
+		{name: "store hole told: a gap row of A where p/5 would be", froms: []uint64{1},
+			rows:     append(append([]StoreRow(nil), rows[:5]...), StoreRow{Cursor: 6, Gap: true, Origin: "A"}),
+			sessions: [][]sessionEv{{e(1, 1), e(2, 2), g(3), e(4, 3), e(5, 4), g(6)}}},
+		{name: "truncated: rows 1 and 2 trimmed", froms: []uint64{1}, rows: trimmed(rows, 2, 0),
+			sessions: [][]sessionEv{{tr(1, 3), g(3), e(4, 3), e(5, 4), e(6, 5)}}},
+		{name: "unknown row: its order is checked, not its content", froms: []uint64{1}, rows: trimmed(rows, 2, 2),
+			sessions: [][]sessionEv{{e(1, 1), e(2, 9), g(3), e(4, 3), e(5, 4), e(6, 5)}}},
+		{name: "unknown row jumped", froms: []uint64{1}, rows: trimmed(rows, 2, 2),
+			sessions: [][]sessionEv{{e(1, 1), g(3), e(4, 3), e(5, 4), e(6, 5)}},
+			want:     func(c *SessionCheck) int64 { return c.SilentGaps }},
+		{name: "false alarm: truncated rows still held", froms: []uint64{1},
+			sessions: [][]sessionEv{{tr(1, 3), g(3), e(4, 3), e(5, 4), e(6, 5)}},
+			want:     func(c *SessionCheck) int64 { return c.FalseAlarms }},
+		{name: "false alarm: truncated past the first row kept", froms: []uint64{1}, rows: trimmed(rows, 2, 0),
+			sessions: [][]sessionEv{{tr(1, 4), e(4, 3), e(5, 4), e(6, 5)}},
+			want:     func(c *SessionCheck) int64 { return c.FalseAlarms }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := sessionRecord(t, t.TempDir(), "n0#1.rec", tc.froms, tc.sessions...)
@@ -127,7 +163,7 @@ func TestCheckSessionsRules(t *testing.T) {
 			}
 			// Nothing else: the total of every count is the one wanted.
 			all := res.SilentGaps + res.TailGaps + res.Reorders + res.RedeliveredAfterAck + res.WrongRows + res.BadResumes +
-				res.AfterClose + res.FalseAlarms + res.Precautionary
+				res.AfterClose + res.FalseAlarms + res.Precautionary + res.StoreHoles
 			// (a lost notice: SilentGaps, of which GapRowsJumped, the same row)
 			if all != got {
 				t.Fatalf("other counts too:\n%s", res.Summary())

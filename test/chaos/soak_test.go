@@ -12,7 +12,8 @@ import (
 )
 
 // TestSoakShort is the CI soak: >= 100_000 broadcasts through 3 node
-// processes with every fault kind injected and confirmed at least once;
+// processes, each publishing from its start while the others join, with
+// every fault kind injected and confirmed at least once;
 // the verdict, from the nodes' records, must show 0 silent gaps, 0
 // reorders per sender, 0 unexpected messages and 0 false alarms. As root
 // (CI) the nodes live in network namespaces and the partition and loss
@@ -53,6 +54,9 @@ func TestSoakShort(t *testing.T) {
 	t.Logf("soak result:\n%s", res.Summary())
 	if res.Messages < 100_000 {
 		t.Errorf("only %d messages were sent, want >= 100000", res.Messages)
+	}
+	if res.SentBeforeFormed == 0 { // each node publishes from its start: the others join a publishing cluster
+		t.Errorf("nothing was broadcast while the cluster was joining")
 	}
 	for _, k := range chaos.AllFaults {
 		if res.Faults[k] == 0 && !(contains(res.Skipped, k) && !netns) {

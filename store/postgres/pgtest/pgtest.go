@@ -118,7 +118,9 @@ func (s *Server) start() error {
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.Port), "-k", s.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = s.dir, log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
+	// Its own process group: Pause and Resume signal the postmaster and
+	// every backend at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
@@ -161,6 +163,29 @@ func (s *Server) Crash() error {
 	}
 	s.proc = nil
 	return nil
+}
+
+// Pid is the postmaster's process id (0 when the server is not running).
+func (s *Server) Pid() int {
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Process.Pid
+}
+
+// Pause SIGSTOPs the whole server (the postmaster and every backend, its
+// process group): connections stay open and every query hangs, as on a
+// frozen database host. Resume SIGCONTs it.
+func (s *Server) Pause() error { return s.signalGroup(syscall.SIGSTOP) }
+
+// Resume SIGCONTs a paused server.
+func (s *Server) Resume() error { return s.signalGroup(syscall.SIGCONT) }
+
+func (s *Server) signalGroup(sig syscall.Signal) error {
+	if s.proc == nil {
+		return fmt.Errorf("pgtest: the server is not running")
+	}
+	return syscall.Kill(-s.proc.Process.Pid, sig)
 }
 
 // Restart starts a stopped (or crashed) server again on the same port.

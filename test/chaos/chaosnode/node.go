@@ -12,13 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
@@ -34,47 +32,12 @@ type nodeFlags struct {
 	batch, callTimeout, retry                     time.Duration
 }
 
-// crashHook is the node's faults.Hook: armed by the "crash" command, it panics
-// once inside the producer (Send runs on the producer's goroutine) or the
-// worker (Delivered runs on the worker's, after it handed an entry of a
-// batch to the subscribers and before the batch is acknowledged: a crash in
-// the middle of a batch), and the supervision tree restarts that actor.
-type crashHook struct {
-	producer, worker atomic.Bool
-	producerN        atomic.Int64 // crashes injected
-	workerN          atomic.Int64
-	log              zerolog.Logger
-	rec              *chaos.Recorder
-}
-
-func (h *crashHook) Send(node string, _ proto.Message) error {
-	if h.producer.CompareAndSwap(true, false) {
-		h.producerN.Add(1)
-		h.log.Warn().Str("peer", node).Msg("chaos: crashing the producer")
-		panic("chaos: injected producer crash")
-	}
-	return nil
-}
-
-func (h *crashHook) Receive(string, proto.Message) error { return nil }
-
-func (h *crashHook) Delivered(from string, cursor uint64) {
-	if h.worker.CompareAndSwap(true, false) {
-		h.rec.WorkerCrash(from, cursor) // the record confirms the crash came after a delivered entry
-		h.workerN.Add(1)
-		h.log.Warn().Str("producer", from).Uint64("cursor", cursor).Msg("chaos: crashing the worker in the middle of a batch")
-		panic("chaos: injected worker crash")
-	}
-}
-
-func (h *crashHook) Acked(string, proto.Message) {}
-
 type node struct {
 	cfg    nodeFlags
 	ps     *echopubsub.PubSub
 	system *actor.ActorSystem
 	log    zerolog.Logger
-	hook   *crashHook
+	hook   *chaos.CrashHook
 	check  *test.Checker // live, for progress and the drain; the verdict is the record's
 	rec    *chaos.Recorder
 
@@ -141,7 +104,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 		return fmt.Errorf("-record: %w", err)
 	}
 	defer rec.Close()
-	hook := &crashHook{log: log, rec: rec}
+	hook := chaos.NewCrashHook(log, rec)
 	ps, err := echopubsub.Start(system, pcfg, echopubsub.WithLogger(log),
 		echopubsub.WithMembership(cluster.NewStatic(peers...)), faults.Option(hook).(echopubsub.Option))
 	if err != nil {
@@ -230,13 +193,8 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 		n.pubs.Skip()
 		return chaos.Event{}
 	case chaos.OpCrash:
-		switch c.What {
-		case "producer":
-			n.hook.producer.Store(true)
-		case "worker":
-			n.hook.worker.Store(true)
-		default:
-			return chaos.Event{Err: fmt.Sprintf("crash: want producer or worker, got %q", c.What)}
+		if err := n.hook.Arm(c.What); err != nil {
+			return chaos.Event{Err: err.Error()}
 		}
 		return chaos.Event{}
 	}
@@ -295,7 +253,7 @@ func (n *node) status(full bool) chaos.Event {
 	}
 	ev.Report = &r
 	ev.RSSKB, ev.HWMKB = memory()
-	ev.ProducerCrashes, ev.WorkerCrashes = n.hook.producerN.Load(), n.hook.workerN.Load()
+	ev.ProducerCrashes, ev.WorkerCrashes = n.hook.Crashes()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if st, err := n.ps.Stats(ctx); err == nil {

@@ -22,7 +22,8 @@ import (
 // the documented alerts use before anything happened (every counter at 0,
 // per peer), a round-trip histogram in seconds that resolves a loopback
 // round trip, and the buffer fill as a 0..1 ratio; the logs of the demo
-// and its nodes, written to a file, carry no ANSI colour codes.
+// and its nodes, written to a file, carry no ANSI colour codes, and no
+// warning or error from a healthy start and a normal stop.
 func TestDemoMetricsAndLogsReadByTools(t *testing.T) {
 	promtool := findPromtool(t)
 	logs := &syncBuffer{}
@@ -87,6 +88,12 @@ func TestDemoMetricsAndLogsReadByTools(t *testing.T) {
 	}
 	if i := strings.Index(out, "\x1b["); i >= 0 {
 		t.Fatalf("logs written to a file carry ANSI escape codes: %q", out[max(0, i-100):min(len(out), i+100)])
+	}
+	// A healthy start and a normal stop: no warning, no error, from any node.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, " WRN ") || strings.Contains(line, " ERR ") {
+			t.Errorf("the demo's healthy start and normal stop logged: %s", line)
+		}
 	}
 }
 

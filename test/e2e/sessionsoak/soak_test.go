@@ -42,20 +42,32 @@ func netns(t *testing.T) bool {
 	return false
 }
 
-func options(t *testing.T, store, dsn, node, proxy string, msgs int64) sessionsoak.Options {
-	return sessionsoak.Options{Store: store, DSN: dsn, Node: node, Proxy: proxy, Dir: t.TempDir(), Nodes: 3, Netns: netns(t),
+// options: retention keeps the last 1,000 rows of the stream (a stalled
+// owner falls further behind than that before HardQueue 1,000 closes it).
+func options(t *testing.T, store string, pg *pgtest.Server, node, proxy string, msgs int64) sessionsoak.Options {
+	o := sessionsoak.Options{Store: store, PG: pg, Node: node, Proxy: proxy, Dir: t.TempDir(), Nodes: 3, Netns: netns(t),
 		Owners: 3, Publishers: 2, Rate: 100, Pad: 64, AckProb: 0.3, Messages: msgs,
-		Hold: 4 * time.Second, Settle: 2 * time.Second, Drain: 60 * time.Second, Seed: time.Now().UnixNano(), Logf: t.Logf}
+		RetainRows: 1000, SoftQueue: 250, HardQueue: 1000,
+		Hold: 3 * time.Second, Settle: time.Second, Drain: 60 * time.Second, Seed: time.Now().UnixNano(), Logf: t.Logf}
+	if pg != nil {
+		o.DSN = pg.SocketDSN()
+	}
+	return o
 }
 
 // TestSessionSoak runs the session soak on each store: 3 node processes
-// publishing on a durable topic, 3 owners per node acking at random, every
-// fault kind of sessionsoak.Kinds injected and confirmed (kill -9 and
-// restart first: the owners of the killed node resume WithFrom their
-// committed cursor + 1); the verdict, from the records against the stores
-// read back, must show 0 silent gaps, 0 reorders, 0 redeliveries after
-// ack, 0 wrong rows and 0 false alarms, and at least one resumed session
-// that caught up from the store.
+// publishing on a durable topic, 3 owners per node acking at random,
+// retention keeping the last 1,000 rows, every fault kind of
+// sessionsoak.KindsFor(store) injected and confirmed (kill -9 and restart
+// first: the owners of the killed node resume WithFrom their committed
+// cursor + 1; producer and worker crashes; a cold restart of every node;
+// an owner stalled until its session is closed at HardQueue; with
+// PostgreSQL, an immediate shutdown and a SIGSTOP of the server); the
+// verdict, from the records against the stores' rows (copied as they
+// appeared, see sessionsoak.RowLog), must show 0 silent gaps, 0 reorders,
+// 0 redeliveries after ack, 0 wrong rows and 0 false alarms, at least one
+// resumed session that caught up from the store, and at least one
+// StreamTruncated.
 func TestSessionSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak takes minutes; -short skips it")
@@ -72,23 +84,22 @@ func TestSessionSoak(t *testing.T) {
 	}
 	for _, store := range []string{sessionsoak.StoreBolt, sessionsoak.StorePostgres} {
 		t.Run(store, func(t *testing.T) {
-			dsn := ""
+			var pg *pgtest.Server
 			if store == sessionsoak.StorePostgres {
-				srv, err := pgtest.Start()
-				if err != nil {
+				var err error
+				if pg, err = pgtest.Start(); err != nil {
 					t.Fatal(err)
 				}
-				defer srv.Stop()
-				dsn = srv.SocketDSN()
+				defer pg.Stop()
 			}
-			o := options(t, store, dsn, node, proxy, messages(t, 15_000))
+			o := options(t, store, pg, node, proxy, messages(t, 15_000))
 			res, err := sessionsoak.Run(ctx, o)
 			if err != nil {
 				dumpLogs(t, o.Dir)
 				t.Fatal(err)
 			}
 			t.Logf("session soak result:\n%s", res.Summary())
-			for _, k := range sessionsoak.Kinds {
+			for _, k := range sessionsoak.KindsFor(store) {
 				if res.Faults[k] == 0 && !(chaos.NeedsNetns(k) && !o.Netns) {
 					t.Errorf("fault %s was never injected", k)
 				}
@@ -113,6 +124,16 @@ func TestSessionSoak(t *testing.T) {
 			}
 			if ck.Commits == 0 || ck.Envelopes < res.Messages {
 				t.Errorf("%d commits, %d envelopes for %d messages", ck.Commits, ck.Envelopes, res.Messages)
+			}
+			// Each added fault must have mattered: retention trimmed rows a
+			// resumed session was owed (StreamTruncated), and every stalled
+			// owner's session was closed at HardQueue (also confirmed by the
+			// fault itself, above).
+			if ck.Truncated == 0 {
+				t.Errorf("no StreamTruncated: retention (MaxRows %d) never cut what a session was owed", o.RetainRows)
+			}
+			if ck.ClosedWithCause < int64(res.Faults[sessionsoak.FaultOwnerHardQueue]) {
+				t.Errorf("%d sessions closed with a cause, for %d owners stalled to HardQueue", ck.ClosedWithCause, res.Faults[sessionsoak.FaultOwnerHardQueue])
 			}
 		})
 	}

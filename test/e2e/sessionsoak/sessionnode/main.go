@@ -37,6 +37,11 @@ func main() {
 	flag.StringVar(&cfg.dsn, "dsn", "", "the cluster's shared PostgreSQL (store/postgres); exclusive with -bolt")
 	flag.Float64Var(&cfg.ackProb, "ack-prob", 0.3, "probability that an owner acks everything outstanding when an envelope arrives")
 	flag.DurationVar(&cfg.ackEvery, "ack-every", 200*time.Millisecond, "an owner also acks everything outstanding this often")
+	flag.IntVar(&cfg.softQueue, "soft-queue", 0, "Config.SoftQueue (0: library default)")
+	flag.IntVar(&cfg.hardQueue, "hard-queue", 0, "Config.HardQueue (0: library default)")
+	flag.Uint64Var(&cfg.retainRows, "retention-rows", 0, "WithRetention(Retention{MaxRows}) (0: no retention)")
+	flag.DurationVar(&cfg.retainEvery, "retention-interval", 0, "Config.RetentionInterval (0: library default)")
+	flag.StringVar(&cfg.rows, "rows", "", "the rows log: a copy of the store's rows as they appear (sessionsoak.RowLog), kept across restarts")
 	flag.Parse()
 
 	sig := make(chan os.Signal, 1)

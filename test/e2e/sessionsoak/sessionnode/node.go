@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,18 +22,21 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
+	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/store/bolt"
 	"github.com/echopubsub/echopubsub/store/postgres"
 	"github.com/echopubsub/echopubsub/test/chaos"
+	"github.com/echopubsub/echopubsub/test/e2e/sessionsoak"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
 type nodeFlags struct {
-	name, listen, advertise, peers, level, record, bolt, dsn string
-	incarnation, buffer, pool                                int
-	batch, callTimeout, retry, ackEvery                      time.Duration
-	ackProb                                                  float64
+	name, listen, advertise, peers, level, record, bolt, dsn, rows string
+	incarnation, buffer, pool, softQueue, hardQueue                int
+	batch, callTimeout, retry, ackEvery, retainEvery               time.Duration
+	ackProb                                                        float64
+	retainRows                                                     uint64
 }
 
 type node struct {
@@ -42,6 +46,10 @@ type node struct {
 	system *actor.ActorSystem
 	log    zerolog.Logger
 	rec    *chaos.Recorder
+	hook   *chaos.CrashHook
+	rows   *sessionsoak.RowLog // nil: no rows log
+	done   chan struct{}       // closed by stop: ends the rows log's copier
+	copied chan struct{}       // closed when the copier ended
 
 	out   *json.Encoder
 	outMu sync.Mutex
@@ -105,6 +113,21 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 	}
 	defer rec.Close()
 
+	var rows *sessionsoak.RowLog
+	if cfg.rows != "" {
+		// Copied before Start, whose retention trims at once.
+		if rows, err = sessionsoak.OpenRowLog(cfg.rows); err != nil {
+			return fmt.Errorf("-rows: %w", err)
+		}
+		defer rows.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = rows.Copy(ctx, store)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("-rows: copying the store: %w", err)
+		}
+	}
+
 	system := actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.WarnLevel)))
 	r := remote.NewRemote(system, echopubsub.RemoteConfig(host, port, log, remote.WithAdvertisedHost(cfg.advertise)))
 	r.Start()
@@ -123,13 +146,27 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 	if cfg.retry > 0 {
 		pcfg.RetryInterval = cfg.retry
 	}
+	if cfg.softQueue > 0 {
+		pcfg.SoftQueue = cfg.softQueue
+	}
+	if cfg.hardQueue > 0 {
+		pcfg.HardQueue = cfg.hardQueue
+	}
+	if cfg.retainEvery > 0 {
+		pcfg.RetentionInterval = cfg.retainEvery
+	}
+	hook := chaos.NewCrashHook(log, rec)
 	ps, err := echopubsub.Start(system, pcfg, echopubsub.WithLogger(log),
 		echopubsub.WithMembership(cluster.NewStatic(peers...)),
-		echopubsub.WithStore(store), echopubsub.WithDurableTopics(chaos.SessionTopic))
+		echopubsub.WithStore(store), echopubsub.WithDurableTopics(chaos.SessionTopic),
+		echopubsub.WithRetention(echopubsub.Retention{MaxRows: cfg.retainRows}),
+		faults.Option(hook).(echopubsub.Option))
 	if err != nil {
 		return err
 	}
-	n := &node{cfg: cfg, ps: ps, store: store, system: system, log: log, rec: rec, out: json.NewEncoder(out)}
+	n := &node{cfg: cfg, ps: ps, store: store, system: system, log: log, rec: rec, hook: hook, rows: rows,
+		done: make(chan struct{}), copied: make(chan struct{}), out: json.NewEncoder(out)}
+	go n.copyRows() // ends when stop closes n.done
 	n.emit(chaos.Event{Ev: "ready", Addr: system.Address()})
 
 	cmds := make(chan chaos.Command)
@@ -153,7 +190,7 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 		case <-sig:
 			return n.stop()
 		case <-tick.C:
-			n.emit(chaos.Event{Ev: "status", Pubs: n.pubs.Info(), Registered: n.registered()})
+			n.emit(n.status("status"))
 		case c, ok := <-cmds:
 			if !ok || c.Op == chaos.OpQuit {
 				err := n.stop()
@@ -169,7 +206,38 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 	}
 }
 
+// copyRows copies the store's new rows to the rows log every
+// sessionsoak.RowLogEvery until stop.
+func (n *node) copyRows() {
+	defer close(n.copied)
+	if n.rows == nil {
+		return
+	}
+	t := time.NewTicker(sessionsoak.RowLogEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := n.rows.Copy(ctx, n.store); err != nil {
+			n.log.Warn().Err(err).Msg("session soak: copying the store's rows (tried again)")
+		}
+		cancel()
+	}
+}
+
+func (n *node) status(ev string) chaos.Event {
+	e := chaos.Event{Ev: ev, Pubs: n.pubs.Info(), Registered: n.registered()}
+	e.ProducerCrashes, e.WorkerCrashes = n.hook.Crashes()
+	return e
+}
+
 func (n *node) stop() error {
+	close(n.done)
+	<-n.copied
 	n.pubs.Stop()
 	n.mu.Lock()
 	for _, o := range n.owners {
@@ -202,19 +270,27 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 		n.pubs.Stop()
 		return chaos.Event{Pubs: n.pubs.Info()}
 	case chaos.OpStatus:
-		return chaos.Event{Pubs: n.pubs.Info(), Registered: n.registered()}
+		return n.status("")
+	case chaos.OpCrash:
+		if err := n.hook.Arm(c.What); err != nil {
+			return chaos.Event{Err: err.Error()}
+		}
+		return chaos.Event{}
+	case chaos.OpStall:
+		return n.stall(c.Owners, c.What != "resume")
 	case chaos.OpSessions:
 		return n.sessions()
 	}
 	return chaos.Event{Err: fmt.Sprintf("unknown op %q", c.Op)}
 }
 
-// sessions reports every owner and the store's last cursor.
+// sessions reports every owner, the store's last cursor and (Behind) what
+// this node's producers still owe their peers.
 func (n *node) sessions() chaos.Event {
 	n.mu.Lock()
 	owners := append([]*owner(nil), n.owners...)
 	n.mu.Unlock()
-	ev := chaos.Event{}
+	ev := chaos.Event{Behind: n.owed()}
 	from := uint64(1)
 	for _, o := range owners {
 		info := o.info()
@@ -245,6 +321,50 @@ func (n *node) sessions() chaos.Event {
 		}
 		from = next
 	}
+}
+
+// stall makes the open session of each owner named stop committing and
+// acking (it will be closed at HardQueue), or go on (stalled false).
+func (n *node) stall(specs []chaos.OwnerSpec, stalled bool) chaos.Event {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, spec := range specs {
+		var found *owner
+		for _, o := range n.owners {
+			if o.name == spec.Name && !o.info().Closed {
+				found = o
+			}
+		}
+		if found == nil {
+			return chaos.Event{Err: fmt.Sprintf("stall: owner %s has no open session on %s", spec.Name, n.cfg.name)}
+		}
+		found.stalled.Store(stalled)
+	}
+	return chaos.Event{}
+}
+
+// owed is what this node's producers still owe their peers: the sum of
+// their lags, and 1 for each peer a producer has not joined (unknown).
+func (n *node) owed() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := n.ps.Stats(ctx)
+	if err != nil {
+		return 1
+	}
+	owed := 0
+	for _, g := range st {
+		for _, ns := range g.Nodes {
+			if ns.Node == n.ps.NodeName() {
+				continue
+			}
+			owed += int(ns.Lag)
+			if !ns.Registered {
+				owed++
+			}
+		}
+	}
+	return owed
 }
 
 // registered lists the peers every producer of this node registered with.
@@ -286,8 +406,12 @@ type owner struct {
 	mu          sync.Mutex
 	outstanding []uint64 // delivery ids, in order
 	lastCursor  uint64   // cursor of the last envelope outstanding
+	replayed    bool     // the last envelope was read from the store
 	next        uint64   // after the last row handed (envelope or StreamGap)
 	closed      bool
+	reason      string // SessionClosed's
+	committed   uint64 // the last cursor committed
+	stalled     atomic.Bool
 	tick        *time.Ticker
 	done        chan struct{}
 }
@@ -335,7 +459,8 @@ func (o *owner) stopTicker() {
 func (o *owner) info() chaos.OwnerInfo {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return chaos.OwnerInfo{Name: o.name, Session: o.id, Next: o.next, Closed: o.closed}
+	return chaos.OwnerInfo{Name: o.name, Session: o.id, Next: o.next, Closed: o.closed, Reason: o.reason, Committed: o.committed,
+		Replayed: o.replayed}
 }
 
 func (o *owner) receive(ctx actor.Context) {
@@ -351,9 +476,10 @@ func (o *owner) receive(ctx actor.Context) {
 		o.mu.Lock()
 		o.outstanding = append(o.outstanding, m.DeliveryID)
 		o.lastCursor = m.Cursor
+		o.replayed = m.Replayed
 		o.next = m.Cursor + 1
 		o.mu.Unlock()
-		if o.rng.Float64() < o.n.cfg.ackProb {
+		if !o.stalled.Load() && o.rng.Float64() < o.n.cfg.ackProb {
 			o.ack()
 		}
 	case *echopubsub.StreamGap:
@@ -369,10 +495,12 @@ func (o *owner) receive(ctx actor.Context) {
 	case *messages.SessionClosed:
 		rec.SessionClosed(o.sid, m.Reason.String())
 		o.mu.Lock()
-		o.closed = true
+		o.closed, o.reason = true, m.Reason.String()
 		o.mu.Unlock()
 	case flush:
-		o.ack()
+		if !o.stalled.Load() {
+			o.ack()
+		}
 	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
 		rec.SessionNotice(o.sid, m) // CursorExpired, BackPressure, SessionPressure
@@ -390,6 +518,9 @@ func (o *owner) ack() {
 		return
 	}
 	o.n.rec.Committed(o.sid, cursor)
+	o.mu.Lock()
+	o.committed = cursor
+	o.mu.Unlock()
 	for len(ids) > 0 {
 		k := min(len(ids), 1000) // MaxBatchItems
 		if _, err := o.n.ps.AckMany(o.id, ids[:k]); err != nil {
