@@ -103,8 +103,7 @@ func (o *FollowOwner) Envelopes() []*echopubsub.Envelope {
 }
 
 // Notices returns the notices (not SessionPressure, SessionStalled,
-// SessionResumed or CaughtUp) and ack
-// errors so far.
+// SessionResumed or CaughtUp) and ack errors so far.
 func (o *FollowOwner) Notices() []interface{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
