@@ -35,7 +35,10 @@ import (
 //
 // Gap rows become *StreamGap and rows the store no longer keeps one
 // *StreamTruncated (the rule is truncation, retention.go), in cursor
-// order with the rows. An envelope without a cursor (a DirectBroadcast,
+// order with the rows. The first time a follow goes live it hands the
+// session one *CaughtUp, behind the last row it read and before the first
+// live envelope; a later reading (a hole, a session out of room) goes live
+// again without one. An envelope without a cursor (a DirectBroadcast,
 // which is not stored) is delivered as it comes.
 type follow struct {
 	topic   string
@@ -61,6 +64,27 @@ type follow struct {
 	// 0): the follow reads again when the engine says acks made room
 	// (sessionRoom), not after a timer.
 	roomWait bool
+	// caughtUp: the session was handed this follow's *CaughtUp (set when
+	// the engine took it: one parked with the rows before it is handed
+	// again at the next handover).
+	caughtUp bool
+}
+
+// CaughtUp tells a session that its WithFrom subscription to Stream is
+// live: the catch-up handed over every row the store held from the
+// subscription's cursor up to Cursor (the last row it read, a message or
+// a gap row; WithFrom's cursor - 1 when there was none), and what comes
+// next is the live stream, from Cursor + 1 on. It arrives once per
+// WithFrom subscription (subscribing again WithFrom starts a new
+// catch-up, with its own), in order with the envelopes: after the last
+// one read from the store and before the first live one. Later readings
+// from the store (a live envelope ahead of a hole, an owner out of room)
+// are the live stream's own repair and send none. A notice, not a
+// delivery: nothing to ack.
+type CaughtUp struct {
+	SessionID string
+	Stream    string
+	Cursor    uint64
 }
 
 // paused reports whether f waits (for its retry timer, or for room)
@@ -100,7 +124,7 @@ type caught struct {
 	row    bool
 	cursor uint64      // the row's (a StreamTruncated: the cursor it was read from)
 	env    *Envelope   // a message
-	notice interface{} // *StreamGap, *StreamTruncated
+	notice interface{} // *StreamGap, *StreamTruncated, *CaughtUp
 }
 
 // catchUpStart makes the session actor begin following topic's subscription
@@ -345,6 +369,9 @@ func (a *sessionActor) step() {
 		}
 		f.backoff, f.claimed = 0, 0
 		f.reading = false
+		if !f.caughtUp {
+			a.hand(&caught{f: f, row: true, cursor: f.next - 1, notice: &CaughtUp{SessionID: a.s.ID(), Stream: f.topic, Cursor: f.next - 1}})
+		}
 	}
 }
 
@@ -367,6 +394,12 @@ func (a *sessionActor) passCaught(c *caught) bool {
 		return true
 	}
 	if c.notice != nil {
+		if _, ok := c.notice.(*CaughtUp); ok {
+			if c.f.caughtUp {
+				return true
+			}
+			c.f.caughtUp = true
+		}
 		a.ps.sess.engine.Notify(a.s, c.notice)
 		c.f.backoff = 0
 		return true

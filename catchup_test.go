@@ -60,7 +60,9 @@ func ackEach(t *testing.T, nd *test.Node, id string, envs []*echopubsub.Envelope
 // TestWithFromCatchUpWaitsAtSoftQueue: a catch-up of 200 rows to a session
 // with SoftQueue 5 never takes it above 5 pending; each time it is full the
 // catch-up waits (it is not skipped, not closed at HardQueue) and goes on
-// when the owner acks, until every row arrived in order.
+// when the owner acks, until every row arrived in order, then one
+// CaughtUp at the last row (it waits behind the rows the session had no
+// room for).
 func TestWithFromCatchUpWaitsAtSoftQueue(t *testing.T) {
 	cfg := replayConfig() // SoftQueue 5, HardQueue 10
 	const n = 200
@@ -83,8 +85,13 @@ func TestWithFromCatchUpWaitsAtSoftQueue(t *testing.T) {
 		rounds++
 	}
 	test.CheckFollowed(t, o.envelopes(), store, "room:1", 1, n)
-	if len(o.notices()) > 0 {
-		t.Fatalf("notices during a catch-up that lost nothing: %v", o.notices())
+	want := fmt.Sprintf("[caughtup%d]", n)
+	test.Eventually(t, 10*time.Second, func() bool { return fmt.Sprint(o.notices()) == want },
+		func() string {
+			return fmt.Sprintf("notices %v, want %s (nothing lost): %s", o.notices(), want, o.describe())
+		})
+	if all := o.all(); word(all[len(all)-1]) != fmt.Sprintf("caughtup%d", n) {
+		t.Fatalf("CaughtUp before the last row: %s", o.describe())
 	}
 	t.Logf("%d rows in %d rounds of SoftQueue %d", n, rounds, cfg.SoftQueue)
 }
@@ -140,7 +147,9 @@ func TestWithFromCatchUpResumesAfterTheReservationTableWasFull(t *testing.T) {
 // TestWithFromTellsGapRowsInOrder: a node-local store's gap row (messages
 // the node never got) reaches a catch-up as a *StreamGap between the rows
 // around it, and the envelopes keep their cursors: the gap is told, not
-// skipped over.
+// skipped over. The gap row read once the session is live sends no second
+// CaughtUp (the one CaughtUp comes after a#5 or, when the catch-up read
+// it, a#6).
 func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 	cfg := replayConfig()
 	cfg.SoftQueue, cfg.HardQueue = 50, 100
@@ -168,13 +177,15 @@ func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 	}
 	publishStamps(t, nd, "room:1", "a", 7, 7)
 	waitEnvelopes(t, o, 6)
-	var got []string
+	var got, caughtUp []string
 	for _, m := range o.all() {
 		switch m := m.(type) {
 		case *echopubsub.Envelope:
 			got = append(got, fmt.Sprintf("%d:%s", m.Cursor, stampOf(m)))
 		case *echopubsub.StreamGap:
 			got = append(got, fmt.Sprintf("gap%d:%s/%d", m.Cursor, m.Node, m.Missed))
+		case *echopubsub.CaughtUp:
+			caughtUp = append(caughtUp, fmt.Sprintf("%s after %v", word(m), got[max(len(got)-1, 0):]))
 		default:
 			got = append(got, word(m))
 		}
@@ -182,6 +193,9 @@ func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 	want := "[2:a#2 3:a#3 gap4:peer/7 5:a#4 6:a#5 7:a#6 gap8:peer/2 9:a#7]"
 	if fmt.Sprint(got) != want {
 		t.Fatalf("got %v, want %s", got, want)
+	}
+	if c := fmt.Sprint(caughtUp); c != "[caughtup6 after [6:a#5]]" && c != "[caughtup7 after [7:a#6]]" {
+		t.Fatalf("CaughtUp notices %s, want one, after the last row the catch-up read (a#5 or a#6)", c)
 	}
 }
 
@@ -519,4 +533,62 @@ func catchUpPace(t *testing.T, nd *test.Node, store *test.MemStore, stored uint6
 	if n := o.Notices(); len(n) > 0 {
 		t.Fatalf("notices where nothing was lost: %v", n)
 	}
+}
+
+// TestCaughtUpOncePerWithFromSubscription: a WithFrom session gets one
+// *CaughtUp at its handover, after the last stored row (Cursor: that
+// row's) and before the first live envelope; subscribing again WithFrom
+// starts a new catch-up with its own. A session subscribed without
+// WithFrom, and one replaying with ReplaySession, get none.
+func TestCaughtUpOncePerWithFromSubscription(t *testing.T) {
+	cfg := replayConfig()
+	cfg.SoftQueue, cfg.HardQueue = 50, 100
+	nd := test.StartCluster(t, 1, cfg, echopubsub.WithStore(test.NewMemStore()), echopubsub.WithDurableTopics("room:*"))[0]
+	acking := func() *owner {
+		return spawnOwner(t, nd, func(e *echopubsub.Envelope) { _, _ = nd.PS.Ack(e.SessionID, e.DeliveryID) })
+	}
+	follower, live, replayer := acking(), acking(), acking()
+	openSession(t, nd, live, []string{"room:1"})
+	publishStamps(t, nd, "room:1", "a", 1, 5)
+	fid, rid := openSession(t, nd, follower, nil), openSession(t, nd, replayer, nil)
+	subscribeFrom := func(c uint64) {
+		if err := nd.PS.SessionSubscribe(fid, "room:1", echopubsub.WithFrom(c)); err != nil {
+			t.Fatalf("SessionSubscribe WithFrom(%d): %v", c, err)
+		}
+	}
+	seq := func(o *owner) string {
+		var out []string
+		for _, m := range o.all() {
+			switch m := m.(type) {
+			case *echopubsub.Envelope:
+				r := ""
+				if m.Replayed {
+					r = "r"
+				}
+				out = append(out, fmt.Sprintf("%d%s", m.Cursor, r))
+			case *messages.SessionPressure:
+			default:
+				out = append(out, word(m))
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	waitFor := func(o *owner, want string) {
+		t.Helper()
+		test.Eventually(t, 10*time.Second, func() bool { return seq(o) == want },
+			func() string { return fmt.Sprintf("got %q, want %q", seq(o), want) })
+	}
+	subscribeFrom(2)
+	replay(t, nd, rid, "room:1", echopubsub.ReplayOptions{From: 1, Limit: 10})
+	waitFor(follower, "2r 3r 4r 5r caughtup5")
+	publishStamps(t, nd, "room:1", "a", 6, 7)
+	waitFor(follower, "2r 3r 4r 5r caughtup5 6 7")
+	subscribeFrom(4)
+	waitFor(follower, "2r 3r 4r 5r caughtup5 6 7 4r 5r 6r 7r caughtup7")
+	publishStamps(t, nd, "room:1", "a", 8, 8)
+	waitFor(follower, "2r 3r 4r 5r caughtup5 6 7 4r 5r 6r 7r caughtup7 8")
+	// The others got everything the follower got after them (notices
+	// come in order with the envelopes): no CaughtUp among it.
+	waitFor(live, "1 2 3 4 5 6 7 8")
+	waitFor(replayer, "1r 2r 3r 4r 5r")
 }

@@ -251,7 +251,10 @@
 // handover, whatever is published meanwhile. The store decides: a live
 // envelope is delivered only when its cursor is the next one; one above it
 // means rows came in between (another producer's, a gap row, one lost on
-// the way) and the session reads them from the store. A client keeps the
+// the way) and the session reads them from the store. The owner learns
+// when its catch-up is over: one *CaughtUp{SessionID, Stream, Cursor}
+// arrives after the last row read from the store and before the first
+// live envelope. A client keeps the
 // cursor of its last committed envelope and resumes with WithFrom(cursor +
 // 1), on the same node with an embedded store, on any node with a shared
 // one.

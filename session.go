@@ -206,7 +206,13 @@ func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.cla
 // owner's pace. With the node's reservation table full the catch-up
 // pauses and retries from the same row. Nothing is skipped. Gap rows
 // arrive as *StreamGap, rows no longer kept (WithRetention) as one
-// *StreamTruncated. A DirectBroadcast to the topic, which is not stored,
+// *StreamTruncated. At the handover the session gets one *CaughtUp
+// (after the last row read from the store, before the first live
+// envelope; its Cursor is that last row's): from there on it is live.
+// A message the node's store could not take (a failing node-local
+// store) is not delivered: its gap row tells the session, in order, once
+// the store takes writes again (docs/operations.md, "A failing store").
+// A DirectBroadcast to the topic, which is not stored,
 // is delivered as it comes (Cursor 0). Subscribing again with WithFrom
 // starts the catch-up again from the new cursor; without it, only the
 // other options change and the subscription goes on from where it is.

@@ -202,7 +202,8 @@ func (a *sessionActor) pass(item interface{}) bool {
 
 // envelope makes d's envelope, or nil when the session does not take it (a
 // redelivery, unsubscribed, a malformed request, a row a WithFrom
-// subscription gets from the store). f is the envelope's WithFrom
+// subscription gets from the store, a durable message the node's store
+// could not take, which a WithFrom subscription gets as a gap row). f is the envelope's WithFrom
 // subscription, when it has one and a cursor, and adm what it does with
 // the envelope.
 func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow, adm admission) {
@@ -223,6 +224,14 @@ func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow,
 	spec, ok := (*a.rec.subs.Load())[d.Topic]
 	if !ok {
 		return nil, nil, 0 // unsubscribed while this was on its way
+	}
+	if spec.catchUp && d.Unstored {
+		// Not in the store this subscription follows (its node's store
+		// fails): delivered now, it would come out of cursor order, ahead
+		// of rows a reading still owes, and have no cursor to resume
+		// after. The gap row that counts it tells the session, in order,
+		// once the store takes writes again.
+		return nil, nil, 0
 	}
 	if spec.catchUp && d.StoreCursor != 0 {
 		f = a.following(d.Topic, spec)

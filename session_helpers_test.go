@@ -107,6 +107,8 @@ func word(m interface{}) string {
 		return m.State.String()
 	case *messages.SessionClosed:
 		return m.Reason.String()
+	case *echopubsub.CaughtUp:
+		return fmt.Sprintf("caughtup%d", m.Cursor)
 	case proto.Message:
 		return string(m.ProtoReflect().Descriptor().Name())
 	}

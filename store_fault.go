@@ -180,7 +180,7 @@ func (d *durability) keep(w localWrite) {
 	f := &d.fault
 	for i := range w.rows {
 		f.rows[gapKey{w.rows[i].Topic, w.pos.Node}]++
-		w.rows[i].Cursor = 0
+		w.rows[i].Cursor, w.rows[i].Unstored = 0, true
 	}
 	f.unstored += uint64(len(w.rows))
 	d.metrics.StoreUnstored(len(w.rows))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -142,4 +143,103 @@ func TestFailingStoreShowsOwnBroadcastFailures(t *testing.T) {
 	if h := nd.PS.Health(context.Background()); h.Store != nil {
 		t.Fatalf("health after an append succeeded again: %+v", h.Store)
 	}
+}
+
+// TestFailingStoreWithFromSessionFollowsTheStore: node 1's store fails
+// while a session there catches up WithFrom(1) (20 stored rows; it waits at
+// SoftQueue 5 for acks, RoomWait 0) and node 0 publishes 3 more durable
+// messages, which node 1 delivers live but cannot store, then 2 more once
+// the session is live. The session follows the store: it never gets those
+// 5 (no Cursor 0 envelope, nothing ahead of the rows it is still owed),
+// and once the store takes writes again it is told exactly them, in cursor
+// order: a StreamGap of 5 where the gap row is (no false alarm: it got
+// none of them), then the next message. A plain subscriber on node 1 got
+// all 25 live.
+func TestFailingStoreWithFromSessionFollowsTheStore(t *testing.T) {
+	cfg := replayConfig() // SoftQueue 5, HardQueue 10
+	cfg.RoomWait = 0      // a catch-up row that finds no room stays in the store
+	nodes := test.StartCluster(t, 2, cfg)
+	failing := test.NewFailingStore()
+	for i, nd := range nodes {
+		nd.StopPubSub(t)
+		store := test.WithMemStore()
+		if i == 1 {
+			store = echopubsub.WithStore(failing)
+		}
+		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"), store)
+	}
+	plain := nodes[1].Subscribe(t, "room:1")
+	publishStamps(t, nodes[0], "room:1", "a", 1, 20)
+	wantStamps(t, plain, seqs(1, 20)...) // delivered after stored: node 1's store holds them
+
+	failing.Fail(fmt.Errorf("write store file: %w", syscall.ENOSPC))
+	var acking atomic.Bool
+	o := spawnOwner(t, nodes[1], func(e *echopubsub.Envelope) {
+		if acking.Load() {
+			_, _ = nodes[1].PS.Ack(e.SessionID, e.DeliveryID)
+		}
+	})
+	id := openSession(t, nodes[1], o, nil)
+	if err := nodes[1].PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(1)); err != nil {
+		t.Fatalf("SessionSubscribe WithFrom(1): %v", err)
+	}
+	waitEnvelopes(t, o, cfg.SoftQueue) // the catch-up waits for acks
+	publishStamps(t, nodes[0], "room:1", "a", 21, 23)
+	wantStamps(t, plain, seqs(1, 23)...) // node 1 delivered them to its subscribers, unstored
+	test.Eventually(t, 10*time.Second, func() bool {
+		h := nodes[1].PS.Health(context.Background())
+		return h.Store != nil && h.Store.Unstored == 3
+	}, func() string {
+		return fmt.Sprintf("node 1's store health: %+v", nodes[1].PS.Health(context.Background()).Store)
+	})
+
+	seq := func() string {
+		var out []string
+		for _, m := range o.all() {
+			switch m := m.(type) {
+			case *echopubsub.Envelope:
+				out = append(out, fmt.Sprintf("%d:%s", m.Cursor, stampOf(m)))
+			case *echopubsub.StreamGap:
+				out = append(out, fmt.Sprintf("gap%d/%d", m.Cursor, m.Missed))
+			case *messages.SessionPressure:
+			default:
+				out = append(out, word(m))
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	acking.Store(true)
+	for _, e := range o.envelopes() {
+		_, _ = nodes[1].PS.Ack(e.SessionID, e.DeliveryID)
+	}
+	var stored []string
+	for s := 1; s <= 20; s++ {
+		stored = append(stored, fmt.Sprintf("%d:a#%d", s, s))
+	}
+	caughtUp := strings.Join(stored, " ") + " caughtup20"
+	test.Eventually(t, 10*time.Second, func() bool { return len(o.envelopes()) >= 20 },
+		func() string { return "the catch-up's 20 rows: " + seq() })
+	if got := seq(); !strings.HasPrefix(caughtUp, got) && !strings.HasPrefix(got, caughtUp) {
+		t.Fatalf("the WithFrom session got %q, want the stored rows in order: %q", got, caughtUp)
+	}
+	test.Eventually(t, 10*time.Second, func() bool { return seq() == caughtUp },
+		func() string { return fmt.Sprintf("the WithFrom session got %q, want %q", seq(), caughtUp) })
+	publishStamps(t, nodes[0], "room:1", "a", 24, 25) // the session is live now
+	wantStamps(t, plain, seqs(1, 25)...)
+	test.Eventually(t, 10*time.Second, func() bool {
+		h := nodes[1].PS.Health(context.Background())
+		return h.Store != nil && h.Store.Unstored == 5
+	}, func() string {
+		return fmt.Sprintf("node 1's store health: %+v", nodes[1].PS.Health(context.Background()).Store)
+	})
+
+	failing.Heal()
+	test.Eventually(t, 10*time.Second, func() bool { return nodes[1].PS.Health(context.Background()).Store == nil },
+		func() string {
+			return fmt.Sprintf("node 1's store still failing: %+v", nodes[1].PS.Health(context.Background()).Store)
+		})
+	publishStamps(t, nodes[0], "room:1", "a", 26, 26)
+	want := caughtUp + " gap21/5 22:a#26"
+	test.Eventually(t, 10*time.Second, func() bool { return seq() == want },
+		func() string { return fmt.Sprintf("the WithFrom session got %q, want %q", seq(), want) })
 }

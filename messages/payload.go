@@ -121,6 +121,10 @@ type Delivery struct {
 	// StoreCursor is the message's row in this node's durable store, for a
 	// durable topic (0: not stored here).
 	StoreCursor uint64
+	// Unstored marks a message of a durable topic that this node's store
+	// (node-local, failing: a full disk) could not take: StoreCursor is 0,
+	// and a gap row counts it once the store takes writes again.
+	Unstored bool
 	// Message is the decoded payload (an *Undecodable when it could not be
 	// decoded). It is shared by every local subscriber: do not mutate it.
 	Message proto.Message

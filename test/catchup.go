@@ -30,15 +30,25 @@ func NewSharedMemStore() SharedMemStore { return SharedMemStore{NewMemStore()} }
 func (SharedMemStore) Shared() bool { return true }
 
 // FollowOwner is a session owner that acks each envelope once it recorded
-// it, as an application acks after its work, and records the notices.
+// it, as an application acks after its work, and records the notices
+// (each *echopubsub.CaughtUp apart, with where it came among the
+// envelopes).
 type FollowOwner struct {
 	PID   *actor.PID
 	ps    *echopubsub.PubSub
 	delay time.Duration // each ack this long after the envelope arrived (0: at once)
 
-	mu      sync.Mutex
-	envs    []*echopubsub.Envelope
-	notices []interface{}
+	mu       sync.Mutex
+	envs     []*echopubsub.Envelope
+	notices  []interface{}
+	caughtUp []CaughtUpAt
+}
+
+// CaughtUpAt is a *echopubsub.CaughtUp a FollowOwner got, and After, how
+// many envelopes it had got before it.
+type CaughtUpAt struct {
+	*echopubsub.CaughtUp
+	After int
 }
 
 // SpawnFollowOwner spawns one on nd.
@@ -64,6 +74,10 @@ func SpawnFollowOwnerAckingAfter(nd *Node, delay time.Duration) *FollowOwner {
 				o.ack(m)
 			}
 		case *messages.SessionPressure, *echopubsub.SessionStalled, *echopubsub.SessionResumed: // pressure, a stall: not a loss
+		case *echopubsub.CaughtUp:
+			o.mu.Lock()
+			o.caughtUp = append(o.caughtUp, CaughtUpAt{m, len(o.envs)})
+			o.mu.Unlock()
 		default:
 			o.mu.Lock()
 			o.notices = append(o.notices, m)
@@ -88,11 +102,61 @@ func (o *FollowOwner) Envelopes() []*echopubsub.Envelope {
 	return append([]*echopubsub.Envelope(nil), o.envs...)
 }
 
-// Notices returns the notices (not SessionPressure) and ack errors so far.
+// Notices returns the notices (not SessionPressure, SessionStalled,
+// SessionResumed or CaughtUp) and ack errors so far.
 func (o *FollowOwner) Notices() []interface{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]interface{}(nil), o.notices...)
+}
+
+// CaughtUps returns the *echopubsub.CaughtUp notices so far.
+func (o *FollowOwner) CaughtUps() []CaughtUpAt {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]CaughtUpAt(nil), o.caughtUp...)
+}
+
+// CheckCaughtUp fails t unless the owner of one WithFrom subscription to
+// stream got exactly one *echopubsub.CaughtUp, for that stream, at the
+// handover: after every envelope read from the store up to it, the last
+// of them at its Cursor, and before every live one; the envelope after it
+// (if any) at Cursor + 1. envs are the envelopes the owner got with the
+// notice among them, and start at the subscription's first row.
+func CheckCaughtUp(t testing.TB, cus []CaughtUpAt, envs []*echopubsub.Envelope, stream string) {
+	t.Helper()
+	if len(cus) != 1 {
+		t.Fatalf("%s: %d CaughtUp notices, want 1 (at the one handover): %s", stream, len(cus), caughtUpString(cus))
+	}
+	cu := cus[0]
+	if cu.Stream != stream {
+		t.Fatalf("CaughtUp for stream %q, want %q", cu.Stream, stream)
+	}
+	if cu.After == 0 || cu.After > len(envs) {
+		t.Fatalf("%s: CaughtUp{Cursor %d} after %d of %d envelopes: want it after the rows read from the store: %s",
+			stream, cu.Cursor, cu.After, len(envs), cursors(envs))
+	}
+	for _, e := range envs[:cu.After] {
+		if !e.Replayed {
+			t.Fatalf("%s: live envelope at cursor %d before CaughtUp{Cursor %d} (after %d envelopes): %s",
+				stream, e.Cursor, cu.Cursor, cu.After, cursors(envs))
+		}
+	}
+	if last := envs[cu.After-1].Cursor; last != cu.Cursor {
+		t.Fatalf("%s: CaughtUp{Cursor %d} right after the stored row at cursor %d: want the cursor of the last stored row",
+			stream, cu.Cursor, last)
+	}
+	if cu.After < len(envs) && envs[cu.After].Cursor != cu.Cursor+1 {
+		t.Fatalf("%s: CaughtUp{Cursor %d}, then an envelope at cursor %d", stream, cu.Cursor, envs[cu.After].Cursor)
+	}
+}
+
+func caughtUpString(cus []CaughtUpAt) string {
+	s := ""
+	for _, c := range cus {
+		s += fmt.Sprintf("{Stream %s Cursor %d after %d envelopes} ", c.Stream, c.Cursor, c.After)
+	}
+	return s
 }
 
 // CheckFollowed fails t unless env are exactly store's rows of stream from
@@ -160,9 +224,10 @@ func lastCursor(t testing.TB, store echopubsub.Store, stream string) uint64 {
 // WithFrom (node 0 from the stream's start, node 1 from its cursor 151) and
 // acks as it goes. Each session must receive exactly the rows of its
 // node's store from its cursor to the end, in cursor order, the first
-// ones read from the store and the rest live, with no notice: no gap, no
-// duplicate at the handover, no false alarm. store(i) is node i's store
-// (the same one for a shared store).
+// ones read from the store and the rest live, with no notice but one
+// *echopubsub.CaughtUp between the last row read and the first live one
+// (CheckCaughtUp): no gap, no duplicate at the handover, no false alarm.
+// store(i) is node i's store (the same one for a shared store).
 func CatchUpHandover(t *testing.T, store func(i int) echopubsub.Store) {
 	const stream, before, during = "room:handover", 300, 400
 	cfg := FastConfig()
@@ -242,13 +307,15 @@ func CatchUpHandover(t *testing.T, store func(i int) echopubsub.Store) {
 		if n := o.Notices(); len(n) > 0 {
 			t.Fatalf("node %d: notices where nothing was lost: %v", i, n)
 		}
+		CheckCaughtUp(t, o.CaughtUps(), envs, stream)
 		replayed := 0
 		for _, e := range envs {
 			if e.Replayed {
 				replayed++
 			}
 		}
-		t.Logf("node %d: %d envelopes from cursor %d, %d read from the store, %d live", i, len(envs), froms[i], replayed, len(envs)-replayed)
+		t.Logf("node %d: %d envelopes from cursor %d, %d read from the store, %d live; CaughtUp at cursor %d", i, len(envs), froms[i],
+			replayed, len(envs)-replayed, o.CaughtUps()[0].Cursor)
 		if replayed == 0 || replayed == len(envs) {
 			t.Fatalf("node %d: %d of %d envelopes read from the store: the handover under publishing did not happen", i, replayed, len(envs))
 		}

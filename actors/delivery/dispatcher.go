@@ -229,8 +229,10 @@ type Item struct {
 	Cursor      uint64
 	Local       bool
 	// StoreCursor is the message's row in this node's durable store (0:
-	// none).
+	// none); Unstored: a durable message this node's failing store could
+	// not take (a gap row will count it).
 	StoreCursor uint64
+	Unstored    bool
 
 	// The topic's subscriptions as Deliver last looked them up for this
 	// Item (for topic cachedName; cachedOK once looked up). An Item reused
@@ -272,7 +274,7 @@ func (d *Dispatcher) Deliver(it *Item) {
 		if s.withMeta {
 			if meta == nil {
 				meta = &messages.Delivery{Node: it.Node, Group: it.Group, Incarnation: it.Incarnation,
-					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Message: msg}
+					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Unstored: it.Unstored, Message: msg}
 			}
 			m = meta
 		}

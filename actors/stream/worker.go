@@ -516,11 +516,20 @@ func (w *worker) store(m *messages.Batch, k *known, bad []bool) ([]uint64, error
 		return nil, err
 	}
 	for i, r := range rows {
-		stored = setStored(stored, m, at[i], r.Cursor)
+		c := r.Cursor
+		if r.Unstored {
+			c = unstoredRow
+		}
+		stored = setStored(stored, m, at[i], c)
 	}
 	k.storedFrom, k.storedTo, k.storedAt = m.FirstCursor, c, stored
 	return stored, nil
 }
+
+// unstoredRow, in a table of store cursors (worker.store), is a durable
+// entry this node's failing store could not take (core.Row.Unstored): it
+// is delivered with Item.Unstored.
+const unstoredRow = ^uint64(0)
 
 // setStored sets entry i's store cursor in stored (made for m's entries
 // when it is nil and cursor is not 0).
@@ -544,7 +553,7 @@ type batchDelivery struct {
 	k         *known
 	entries   messages.Cursor
 	next      uint64   // cursor of the next entry
-	stored    []uint64 // each entry's cursor in this node's store (worker.store), or nil
+	stored    []uint64 // each entry's cursor in this node's store (worker.store; unstoredRow), or nil
 	bad       []bool   // Batch.BadTopics: nil in every batch of this build's producers
 	it        delivery.Item
 	types     []messages.Type // resolved once per batch, when needed
@@ -583,9 +592,13 @@ func (d *batchDelivery) run(n int) bool {
 				d.types[ti], _ = messages.LookupType(d.m.PayloadType(ti))
 			}
 			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadType(ti), payload, d.types[ti]
-			d.it.Exclude, d.it.Cursor, d.it.StoreCursor = exclude, c, 0
+			d.it.Exclude, d.it.Cursor, d.it.StoreCursor, d.it.Unstored = exclude, c, 0, false
 			if d.stored != nil {
-				d.it.StoreCursor = d.stored[c-d.m.FirstCursor]
+				if sc := d.stored[c-d.m.FirstCursor]; sc == unstoredRow {
+					d.it.Unstored = true
+				} else {
+					d.it.StoreCursor = sc
+				}
 			}
 			w.d.Deliver(&d.it)
 			d.delivered++

@@ -77,6 +77,10 @@ type Row struct {
 	// publisher: Write.SharedCursor, or 0) and Received sets it when it
 	// appends the row here (a node-local store).
 	Cursor uint64
+	// Unstored is set by Received for a row a failing node-local store
+	// could not take (Cursor 0): a gap row counts it once the store
+	// recovers.
+	Unstored bool
 }
 
 // LocalStore is what a node-local Store (Shared false) adds so that its
