@@ -352,6 +352,25 @@ type streamTruncatedJSON struct {
 	FirstKept uint64 `json:"first_kept"`
 }
 
+// caughtUpJSON is a *CaughtUp on the wire (notice kind "caught_up"): the
+// WithFrom subscription's stored rows up to Cursor were delivered, live
+// rows follow.
+type caughtUpJSON struct {
+	SessionID string `json:"session_id"`
+	Stream    string `json:"stream"`
+	Cursor    uint64 `json:"cursor"`
+}
+
+// sessionStallJSON is a *SessionStalled or *SessionResumed on the wire
+// (notice kinds "session_stalled", "session_resumed"); QuietMS is Quiet in
+// milliseconds.
+type sessionStallJSON struct {
+	SessionID string `json:"session_id"`
+	Pending   int    `json:"pending"`
+	QuietMS   int64  `json:"quiet_ms"`
+	Node      string `json:"node"`
+}
+
 // noticeFrame carries a notice message in protojson.
 type noticeFrame struct {
 	Type   string          `json:"type"` // "notice"

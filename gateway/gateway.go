@@ -348,7 +348,7 @@ type socket struct {
 // by the writer), or raw JSON.
 type outFrame struct {
 	env    *echopubsub.Envelope
-	notice interface{} // a notice message, a *echopubsub.StreamGap or a *echopubsub.StreamTruncated
+	notice interface{} // a notice message, or a *echopubsub.StreamGap, StreamTruncated, CaughtUp, SessionStalled or SessionResumed
 	raw    []byte
 }
 
@@ -365,7 +365,8 @@ func (s *socket) receive(ctx actor.Context) {
 		s.send(outFrame{env: m})
 	case *messages.SessionPressure, *messages.CursorExpired, *messages.BackPressure:
 		s.send(outFrame{notice: m})
-	case *echopubsub.StreamGap, *echopubsub.StreamTruncated:
+	case *echopubsub.StreamGap, *echopubsub.StreamTruncated, *echopubsub.CaughtUp,
+		*echopubsub.SessionStalled, *echopubsub.SessionResumed:
 		s.send(outFrame{notice: m})
 	case *ownerFrame:
 		s.send(outFrame{raw: m.raw})
@@ -543,6 +544,18 @@ func (s *socket) encodeNotice(n interface{}) []byte {
 	if tr, ok := n.(*echopubsub.StreamTruncated); ok {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_truncated", Notice: mustJSON(streamTruncatedJSON{
 			SessionID: tr.SessionID, Stream: tr.Stream, From: tr.From, FirstKept: tr.FirstKept})})
+	}
+	if c, ok := n.(*echopubsub.CaughtUp); ok {
+		return mustJSON(noticeFrame{Type: "notice", Kind: "caught_up", Notice: mustJSON(caughtUpJSON{
+			SessionID: c.SessionID, Stream: c.Stream, Cursor: c.Cursor})})
+	}
+	if st, ok := n.(*echopubsub.SessionStalled); ok {
+		return mustJSON(noticeFrame{Type: "notice", Kind: "session_stalled", Notice: mustJSON(sessionStallJSON{
+			SessionID: st.SessionID, Pending: st.Pending, QuietMS: st.Quiet.Milliseconds(), Node: st.Node})})
+	}
+	if r, ok := n.(*echopubsub.SessionResumed); ok {
+		return mustJSON(noticeFrame{Type: "notice", Kind: "session_resumed", Notice: mustJSON(sessionStallJSON{
+			SessionID: r.SessionID, Pending: r.Pending, QuietMS: r.Quiet.Milliseconds(), Node: r.Node})})
 	}
 	m, ok := n.(proto.Message)
 	if !ok {
