@@ -21,8 +21,8 @@
 const SESSION_TOPICS = "echopubsub.session/";
 
 // Notices that concern one topic: delivered in the topic's order, between
-// its messages.
-const TOPIC_NOTICES = new Set(["stream_gap", "stream_truncated"]);
+// its messages (caught_up after the last stored row it covers).
+const TOPIC_NOTICES = new Set(["stream_gap", "stream_truncated", "caught_up"]);
 
 // GatewayError is a refused command (an error frame: code and message), or
 // the client's own "disconnected" when the socket closed before the answer.
@@ -46,8 +46,14 @@ export class GatewayClient {
   // url: the gateway's ws:// or wss:// URL. options:
   //   onNotice({kind, topic, notice}): every notice, the gateway's
   //     (cursor_expired, back_pressure, session_pressure, session_closed,
-  //     stream_gap, stream_truncated) and the client's own (live_resume,
-  //     node_changed). Default: console.warn.
+  //     stream_gap, stream_truncated, caught_up, session_stalled,
+  //     session_resumed) and the client's own (live_resume, node_changed).
+  //     caught_up (topic: the stream): a subscribe with from has handed
+  //     the stored rows up to notice.cursor to the handler, live ones
+  //     follow. session_stalled (topic ""): the session held notice.pending
+  //     deliveries and no ack came for notice.quiet_ms (a handler is slow
+  //     or stuck); session_resumed: an ack ended that stall.
+  //     Default: console.warn.
   //   onError(error): refusals no promise answers (a resubscribe refused)
   //     and handlers that rejected. Default: console.error.
   //   onStatus({state, sessionId, node, code, reason, attempt, delayMs}):
