@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/echopubsub/echopubsub"
 )
@@ -71,6 +72,26 @@ func TestStreamTruncatedNotice(t *testing.T) {
 	if f.Type != "notice" || f.Kind != "stream_truncated" || f.Notice["stream"] != "room" || f.Notice["from"] != 3.0 ||
 		f.Notice["first_kept"] != 40.0 || f.Notice["session_id"] != "s.1" {
 		t.Fatalf("StreamTruncated as %s", b)
+	}
+}
+
+// The session notices reach the client under their kinds, with every
+// field of the library's struct (Quiet in milliseconds).
+func TestSessionNoticesJSON(t *testing.T) {
+	for _, c := range []struct {
+		n    interface{}
+		want string
+	}{
+		{&echopubsub.CaughtUp{SessionID: "s.1", Stream: "room", Cursor: 17},
+			`{"type":"notice","kind":"caught_up","notice":{"session_id":"s.1","stream":"room","cursor":17}}`},
+		{&echopubsub.SessionStalled{SessionID: "s.1", Pending: 3, Quiet: 1500 * time.Millisecond, Node: "n1"},
+			`{"type":"notice","kind":"session_stalled","notice":{"session_id":"s.1","pending":3,"quiet_ms":1500,"node":"n1"}}`},
+		{&echopubsub.SessionResumed{SessionID: "s.1", Pending: 0, Quiet: 2 * time.Second, Node: "n1"},
+			`{"type":"notice","kind":"session_resumed","notice":{"session_id":"s.1","pending":0,"quiet_ms":2000,"node":"n1"}}`},
+	} {
+		if b := string((&socket{}).encodeNotice(c.n)); b != c.want {
+			t.Errorf("%T as %s, want %s", c.n, b, c.want)
+		}
 	}
 }
 
