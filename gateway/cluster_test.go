@@ -413,9 +413,14 @@ func TestGatewaySubscribeFrom(t *testing.T) {
 	nd := nodes[0]
 	ps = nd.PS
 	_, url := serveGateway(t, nd, func(r *http.Request) (string, error) { return r.URL.Query().Get("user"), nil }, smallGatewayConfig())
+	// The broadcasts are asynchronous: a subscriber that joins right after
+	// them may still get rows 1..5 live. A user who wants "from now on" to
+	// mean "after row 5" waits until a subscriber of its own has row 5.
+	seen := nd.Subscribe(t, "room")
 	for i := uint64(1); i <= 5; i++ {
 		nd.Broadcast(t, "room", stamp(i))
 	}
+	test.Eventually(t, 10*time.Second, func() bool { return seen.Len() >= 5 }, test.Sprintf("a local subscriber got %d of rows 1..5", seen.Len()))
 	bob := dialGateway(t, url+"?user=bob")
 	bob.refused(map[string]interface{}{"op": "subscribe", "topic": "room", "from": 0}, gateway.CodeUnauthorized)
 	bob.ok(map[string]interface{}{"op": "subscribe", "topic": "room"}) // live only: the authorizer guards the store
