@@ -8,7 +8,6 @@ import (
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/actors/delivery"
 	"github.com/echopubsub/echopubsub/cluster"
@@ -17,24 +16,6 @@ import (
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/ringbuf"
 )
-
-// Entry is one buffered broadcast, as a producer's ring holds it.
-type Entry struct {
-	Topic       string
-	PayloadType string
-	Payload     []byte
-	// Exclude is the key (address/id) of a subscriber that must not get it.
-	Exclude string
-	// OnlyNode, when set, is the one node whose subscribers get it.
-	OnlyNode string
-}
-
-// Write asks a producer to buffer one broadcast. Msg, when set, is the
-// original message, handed as is to this node's subscribers.
-type Write struct {
-	Entry Entry
-	Msg   proto.Message
-}
 
 type (
 	flushTick   struct{}
