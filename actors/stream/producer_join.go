@@ -1,8 +1,7 @@
 package stream
 
 import (
-	"fmt"
-	"strings"
+	"errors"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -60,8 +59,8 @@ func (p *producer) register(ctx actor.Context, pe *peer) {
 		ProducerIncarnation: p.inc, Group: p.group, SupportedVersions: p.supported()}
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.RegisterAck)
-		if ok && ack.Status == messages.AckStatus_ACK_STATUS_REJECTED && len(ack.SupportedVersions) == 0 &&
-			strings.Contains(ack.Error, fmt.Sprintf("protocol version %d not supported", messages.ProtocolVersion)) {
+		var refused *messages.VersionError
+		if ok && len(ack.SupportedVersions) == 0 && errors.As(ack.Refusal(), &refused) && refused.Version == messages.ProtocolVersion {
 			// A version 1 node (it lists no versions, and refuses ours in
 			// version 1's words): speak version 1 to this incarnation of it.
 			pe.version, pe.probes = messages.PreviousProtocolVersion, 0

@@ -217,7 +217,7 @@ func (w *worker) check(version uint32, name string, group uint32, node string) e
 	case version != messages.PreviousProtocolVersion && version != w.version:
 		// The wording is version 1's: a producer that gets it back without
 		// supported_versions knows the worker speaks version 1 only.
-		return fmt.Errorf("protocol version %d not supported (this node speaks %d)", version, w.version)
+		return &messages.VersionError{Version: version, Speaks: w.version}
 	case name != w.cfg.Name:
 		return fmt.Errorf("pubsub name %q does not match %q", name, w.cfg.Name)
 	case group != w.group:
