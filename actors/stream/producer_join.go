@@ -77,17 +77,10 @@ func (p *producer) register(ctx actor.Context, pe *peer) {
 			p.joined(ctx, pe, ack)
 			return true
 		}
-		// The worker's age names an instant between the node's Start call
-		// and its return (see worker.startedAgo), ack.StartedAgoNanos before
-		// it answered, and it answered after we sent: so the instant is not
-		// before sent - age, on our clock. Messages stamped from there on
-		// (core.Write.At, inside Broadcast) are owed to the node. Several
-		// probes keep the tightest bound. A margin covers the two monotonic
-		// clocks running at slightly different rates (NTP slews up to
-		// 500 ppm each): at worst some history is delivered, never a message
-		// from after Start returned withheld.
-		age := int64(ack.StartedAgoNanos)
-		since := int64(sent.Sub(epoch)) - age - age/1000
+		// Messages stamped (core.Write.At, inside Broadcast) from since on
+		// are owed to the node (ringbuf.JoinSince). Several probes keep the
+		// tightest bound.
+		since := ringbuf.JoinSince(int64(sent.Sub(epoch)), int64(ack.StartedAgoNanos))
 		if pe.sinceInc != ack.WorkerIncarnation || since > pe.since {
 			pe.since, pe.sinceInc = since, ack.WorkerIncarnation
 		}
