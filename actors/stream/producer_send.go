@@ -89,8 +89,8 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 // the window has room: the flush that sends it runs after the writes queued
 // in the mailbox (armFlush), which coalesces them, and waiting for the ack
 // in flight would add up to a round trip to every message published while a
-// batch is out (BenchmarkTailStages: 90-99 % of the messages at or above
-// p99 had waited so).
+// batch is out: most of the tail had waited so (docs/benchmarks.md,
+// "Figures behind code comments").
 func (p *producer) partWaits(pe *peer) bool {
 	return p.cfg.BatchInterval > 0 && pe.flight > 0 && !p.full(pe)
 }
@@ -99,9 +99,10 @@ func (p *producer) partWaits(pe *peer) bool {
 // flush: nothing is in flight and a full batch went since the last flush.
 // The load fills batches, so the window, not the interval, paces them; the
 // interval would only delay the part batch that ends the burst (a
-// repetition's last part batch waited up to BatchInterval: BatchInterval
-// 100 ms measured 0.75-0.97 of 0's throughput in the harness). Under light
-// load no batch is full and the interval batches as before.
+// repetition's last part batch waited up to BatchInterval, which cost a
+// BatchInterval throughput: docs/benchmarks.md, "Figures behind code
+// comments"). Under light load no batch is full and the interval batches
+// as before.
 func (p *producer) burstTail(pe *peer) bool {
 	return p.cfg.BatchInterval > 0 && pe.burst && pe.flight == 0 && pe.sent < p.ring.WriteCursor()
 }
@@ -266,8 +267,9 @@ func (p *producer) batch(d ringbuf.Decision, version uint32) *outBatch {
 	p.enc.Reset()
 	to := min(d.To, d.From+uint64(p.cfg.MaxBatchMessages))
 	b.full = to-d.From == uint64(p.cfg.MaxBatchMessages) // any longer decision gets the same
-	// The ring's records in one or two runs: no per-cursor At (a tenth of a
-	// publishing node's CPU went to reading the buffer back).
+	// The ring's records in one or two runs: no per-cursor At (reading the
+	// buffer back was a visible share of a publishing node's CPU:
+	// docs/benchmarks.md, "Figures behind code comments").
 	runA, runB, err := p.ring.Span(d.From, to)
 	if err != nil { // never for a decision the ring made: an empty batch, not cached
 		p.log.Error().Err(err).Msg("decided messages not buffered")
