@@ -10,12 +10,28 @@ import (
 	"github.com/echopubsub/echopubsub/internal/core"
 )
 
-// peer is one remote node as this producer sees it.
+// peer is one remote node as this producer sees it. Its fields are grouped
+// by concern (the groups are embedded: pe.sent is pe.sending.sent).
 type peer struct {
 	m          cluster.Member
 	worker     *actor.PID
 	next       uint64 // next-needed cursor: everything below it is acked
 	registered bool   // joined the worker incarnation workerInc
+	inFlight   bool   // a register, join, expire or retire call: alone on the link
+	retrying   bool
+	absent     bool
+	retired    bool // acknowledged Retire (graceful Stop)
+	gauge      *core.PeerGauge
+
+	retryCancel, forgetCancel scheduler.CancelFunc
+
+	joining
+	sending
+	health
+}
+
+// joining is what a peer's registration knows (producer_join.go).
+type joining struct {
 	// workerInc is the worker incarnation this producer last joined (0:
 	// never); next is that worker's cursor.
 	workerInc uint64
@@ -24,21 +40,6 @@ type peer struct {
 	since    int64
 	sinceInc uint64
 	probes   int // probes of this registration so far
-	// sent is the end of the last batch sent (next <= sent): batches cover
-	// [next, sent), up to MaxBatchesInFlight of them (flight) at once. epoch
-	// changes whenever sent is wound back to next (a refused, lost or
-	// failed batch), so answers to batches sent before count as acks only.
-	sent     uint64
-	flight   int
-	epoch    uint64
-	inFlight bool // a register, join, expire or retire call: alone on the link
-	retrying bool
-	absent   bool
-	retired  bool // acknowledged Retire (graceful Stop)
-	// callable: the node accepted a connection or answered a call since
-	// its last failed call; until then a call waits for reach (reach.go).
-	callable bool
-	gauge    *core.PeerGauge
 	// version is the protocol version pe's worker incarnation speaks, as
 	// learnt from its answers: 0 not known yet (try the current one), or
 	// messages.PreviousProtocolVersion after it refused the current one.
@@ -49,7 +50,35 @@ type peer struct {
 	// toldFor is the last join (join_id, or for a version 1 worker its
 	// incarnation) this producer counted as told CursorExpired, so that
 	// answers reporting the same join count it once.
-	toldFor  uint64
+	toldFor uint64
+}
+
+// sending is a peer's batches in flight (producer_send.go).
+type sending struct {
+	// sent is the end of the last batch sent (next <= sent): batches cover
+	// [next, sent), up to MaxBatchesInFlight of them (flight) at once. epoch
+	// changes whenever sent is wound back to next (a refused, lost or
+	// failed batch), so answers to batches sent before count as acks only.
+	sent   uint64
+	flight int
+	epoch  uint64
+	// due: a flush (BatchInterval) came while a part batch waited for an
+	// ack; it goes once nothing is in flight.
+	due bool
+	// burst: a full batch was sent since the last flush (see burstTail).
+	burst bool
+	// mark and markSize: the batch bytes (entrySize) written before cursor
+	// mark; kept at sent while batches advance it, counted again when sent
+	// moves otherwise (see full).
+	mark, markSize uint64
+}
+
+// health is how a peer's calls fare and whether its stream moves
+// (producer_call.go, producer_stats.go).
+type health struct {
+	// callable: the node accepted a connection or answered a call since
+	// its last failed call; until then a call waits for reach (reach.go).
+	callable bool
 	lastAck  time.Time
 	expired  int
 	failures int
@@ -63,18 +92,6 @@ type peer struct {
 	lastFail                  string
 	progressNext, progressLag uint64
 	stalled                   bool // as last logged
-
-	retryCancel, forgetCancel scheduler.CancelFunc
-
-	// due: a flush (BatchInterval) came while a part batch waited for an
-	// ack; it goes once nothing is in flight.
-	due bool
-	// burst: a full batch was sent since the last flush (see burstTail).
-	burst bool
-	// mark and markSize: the batch bytes (entrySize) written before cursor
-	// mark; kept at sent while batches advance it, counted again when sent
-	// moves otherwise (see full).
-	mark, markSize uint64
 }
 
 func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
@@ -94,7 +111,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	case cluster.Joined, cluster.Updated:
 		if pe == nil {
 			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name),
-				listed: monotonic()}
+				joining: joining{listed: monotonic()}}
 			pe.gauge.Watch(core.Monotonic(), p.cfg.StallAfter())
 			p.peers[m.Name] = pe
 		} else {
