@@ -12,12 +12,14 @@ package ringbuf
 // node's own monotonic clock, 0 while Start still runs). The instant the
 // answer names lies between the node's Start call and its return, and the
 // worker answered after the probe was sent, so it is not before sent - age.
-// A margin of age/1000 covers the two monotonic clocks running at slightly
-// different rates (NTP slews each by at most 500 ppm). The bound errs only
+// A margin of age/999 covers the two monotonic clocks running at slightly
+// different rates: NTP slews each by at most 500 ppm, so they differ by up
+// to 1.0005/0.9995 - 1, about 1000.5 ppm (age/1000 would be short by
+// about 0.5 ppm of the age). The bound errs only
 // towards earlier: some history may be delivered, never a message written
 // after Start returned withheld. A later probe's bound, when greater, is
 // tighter. Pass the result to Join.
-func JoinSince(sent, age int64) int64 { return sent - age - age/1000 }
+func JoinSince(sent, age int64) int64 { return sent - age - age/999 }
 
 // Join is the flush decision for a node that joins now and is owed every
 // message written at or after since (in WriteAt's clock), nothing before.

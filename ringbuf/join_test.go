@@ -18,10 +18,12 @@ func TestJoinSinceErrsOnlyTowardsEarlier(t *testing.T) {
 		rtt := rapid.Int64Range(0, 1e9).Draw(t, "round trip")        // the probe may leave before the named instant
 		answered := named + elapsed
 		sent := answered - rtt
-		// The node's clock runs at rate of the producer's: the two differ
-		// by up to 998 ppm in all (NTP slews each by at most 500 ppm; the
-		// margin's integer division takes the rest).
-		rate := 1 + float64(rapid.IntRange(-998, 998).Draw(t, "ppm"))/1e6
+		// The node's clock runs at rate of the producer's: NTP slews each
+		// clock by at most 500 ppm, so the two differ by up to
+		// 1.0005/0.9995 - 1, about 1000.5 ppm.
+		node := float64(rapid.IntRange(-500, 500).Draw(t, "node ppm")) / 1e6
+		producer := float64(rapid.IntRange(-500, 500).Draw(t, "producer ppm")) / 1e6
+		rate := (1 + node) / (1 + producer)
 		age := int64(float64(elapsed) * rate)
 		since := JoinSince(sent, age)
 		if since > named+1 { // ages are whole nanoseconds: 1 ns of truncation
@@ -31,4 +33,15 @@ func TestJoinSinceErrsOnlyTowardsEarlier(t *testing.T) {
 			t.Fatalf("JoinSince(%d, %d) = %d, %d before the named instant: more than the round trip %d and the margin", sent, age, since, slack, rtt)
 		}
 	})
+}
+
+// The worst case the margin is for: the node's clock 500 ppm slow, the
+// producer's 500 ppm fast, a probe answered at once, ten hours after the
+// node started.
+func TestJoinSinceWorstClocks(t *testing.T) {
+	const named, elapsed = int64(1 << 40), int64(10 * 3600e9)
+	age := int64(float64(elapsed) * (1 - 500e-6) / (1 + 500e-6))
+	if since := JoinSince(named+elapsed, age); since > named {
+		t.Fatalf("JoinSince = %d, %d ns after the instant the age names: a message written since would be withheld", since, since-named)
+	}
 }
