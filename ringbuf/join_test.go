@@ -39,8 +39,9 @@ func TestJoinSinceErrsOnlyTowardsEarlier(t *testing.T) {
 // producer's 500 ppm fast, a probe answered at once, ten hours after the
 // node started.
 func TestJoinSinceWorstClocks(t *testing.T) {
-	const named, elapsed = int64(1 << 40), int64(10 * 3600e9)
-	age := int64(float64(elapsed) * (1 - 500e-6) / (1 + 500e-6))
+	named, elapsed := int64(1<<40), int64(10*3600e9)
+	rate := (1 - 500e-6) / (1 + 500e-6)
+	age := int64(float64(elapsed) * rate)
 	if since := JoinSince(named+elapsed, age); since > named {
 		t.Fatalf("JoinSince = %d, %d ns after the instant the age names: a message written since would be withheld", since, since-named)
 	}
