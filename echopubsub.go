@@ -453,6 +453,9 @@ type audience struct {
 	// onlyNode, when set, is the one node whose subscribers get it, through
 	// the buffered stream (DirectBroadcast).
 	onlyNode string
+	// await, when set, is the BroadcastAwait call waiting on the message
+	// (receipt.go).
+	await *core.Await
 }
 
 // publish encodes msg once and hands it to the sender's producer (or, for
@@ -480,7 +483,7 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if err != nil {
 		return fmt.Errorf("%w (topic %q)", err, topic)
 	}
-	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, to.onlyNode, msg
+	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg, w.Await = topic, typeName, payload, to.onlyNode, msg, to.await
 	if to.exceptFrom {
 		w.Exclude = delivery.Key(from)
 	}
