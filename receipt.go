@@ -136,7 +136,7 @@ func AwaitQuorum(n int) AwaitOption {
 	return func(o *awaitOptions) { o.quorum, o.quorumSet = n, true }
 }
 
-// AwaitStored is for a durable topic (WithDurable): it asks for the
+// AwaitStored is for a durable topic (WithDurableTopics): it asks for the
 // append on the nodes waited for, and the receipt's Stored says it. Every
 // member's worker appends a durable message to its store before it
 // delivers and acknowledges it, so the wait is the delivery's; what the
@@ -173,7 +173,7 @@ func (ps *PubSub) BroadcastAwait(ctx context.Context, from *actor.PID, topic str
 		return Receipt{}, fmt.Errorf("echopubsub: AwaitQuorum(%d): n must be between 1 and the %d members", o.quorum, len(nodes))
 	}
 	if o.stored && (ps.dur == nil || !ps.dur.IsDurable(topic)) {
-		return Receipt{}, fmt.Errorf("echopubsub: AwaitStored: topic %q is not durable on this node (WithDurable)", topic)
+		return Receipt{}, fmt.Errorf("echopubsub: AwaitStored: topic %q is not durable on this node (WithDurableTopics)", topic)
 	}
 	a := core.NewAwait(nodes, o.quorum)
 	if err := ps.publish(core.Wait{Ctx: ctx}, from, topic, msg, audience{await: a}); err != nil {
