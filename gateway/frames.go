@@ -92,6 +92,7 @@ type wireFrame struct {
 	To          string          `json:"to"`
 	Type        string          `json:"type"`
 	Payload     json.RawMessage `json:"payload"`
+	Receipt     *bool           `json:"receipt"`
 }
 
 // opFields lists the fields each op accepts besides op, id and session_id;
@@ -104,7 +105,7 @@ var opFields = map[string]map[string]bool{
 	opReplay:      {"stream": true, "limit": false, "from": false},
 	opRequest:     {"to": true, "type": true, "payload": true},
 	opReply:       {"delivery_id": true, "type": true, "payload": true},
-	opPublish:     {"topic": true, "type": true, "payload": true},
+	opPublish:     {"topic": true, "type": true, "payload": true, "receipt": false},
 }
 
 // decodeClientFrame parses and checks one client frame. It never panics;
@@ -144,9 +145,10 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		"topic": w.Topic != "", "class": w.Class != "", "context": w.Context != nil,
 		"delivery_id": w.DeliveryID != nil, "delivery_ids": w.DeliveryIDs != nil, "stream": w.Stream != "",
 		"limit": w.Limit != nil, "from": w.From != nil, "to": w.To != "", "type": w.Type != "", "payload": w.Payload != nil,
+		"receipt": w.Receipt != nil,
 	}
 	for _, name := range []string{"topic", "class", "context", "delivery_id", "delivery_ids", "stream", "limit", "from",
-		"to", "type", "payload"} {
+		"to", "type", "payload", "receipt"} {
 		required, ok := allowed[name]
 		switch {
 		case present[name] && !ok:

@@ -148,13 +148,20 @@ type Config struct {
 	// Publish enables the "publish" command (a Broadcast from the
 	// client). Default false: publish answers "publish_disabled".
 	Publish bool
+	// ReceiptTimeout bounds a publish with "receipt": true: its result
+	// comes when every member delivered the message (BroadcastAwait) or
+	// after ReceiptTimeout, with what was known then ("complete": false).
+	// The socket reads no other command meanwhile (that keeps its publishes
+	// in order), so the wait is at most half of WriteTimeout, which bounds
+	// a pong. Default 5s.
+	ReceiptTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
 		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes,
-		DefaultReplayLimit: 100, MaxReplayLimit: 1000}
+		DefaultReplayLimit: 100, MaxReplayLimit: 1000, ReceiptTimeout: 5 * time.Second}
 }
 
 // validate names the first invalid field and its value.
@@ -178,6 +185,8 @@ func (c Config) validate(hardQueue int) error {
 		return fmt.Errorf("echopubsub: gateway config MaxReplayLimit must be > 0, got %d", c.MaxReplayLimit)
 	case c.DefaultReplayLimit <= 0 || c.DefaultReplayLimit > c.MaxReplayLimit:
 		return fmt.Errorf("echopubsub: gateway config DefaultReplayLimit must be in 1..MaxReplayLimit (%d), got %d", c.MaxReplayLimit, c.DefaultReplayLimit)
+	case c.ReceiptTimeout <= 0:
+		return fmt.Errorf("echopubsub: gateway config ReceiptTimeout must be > 0, got %v", c.ReceiptTimeout)
 	case c.Resolver == nil:
 		return fmt.Errorf("echopubsub: gateway config Resolver must not be nil, got nil")
 	}
@@ -743,6 +752,13 @@ func (s *socket) run(f *clientFrame) *frameError {
 		msg, ferr := s.decodePayload(f)
 		if ferr != nil {
 			return ferr
+		}
+		if f.Receipt != nil && *f.Receipt {
+			r, err := s.publishReceipt(f.Topic, msg)
+			if err != nil {
+				return libErr(err)
+			}
+			return s.result(f, map[string]interface{}{"receipt": r})
 		}
 		if err := s.publish(f.Topic, msg); err != nil {
 			return libErr(err)

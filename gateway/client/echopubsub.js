@@ -155,9 +155,15 @@ export class GatewayClient {
   }
 
   // publish broadcasts payload (the message of protobuf type, in protojson)
-  // on topic; the gateway must enable it (Config.Publish).
-  publish(topic, type, payload) {
-    return this.command({ op: "publish", topic, type, payload });
+  // on topic; the gateway must enable it (Config.Publish). It resolves once
+  // the gateway queued the message. With opts.receipt it resolves with the
+  // receipt instead, once every member delivered the message or after the
+  // gateway's ReceiptTimeout: { node, group, incarnation (a string), cursor,
+  // complete, nodes: [{ node, status }] }, status "delivered", "pending",
+  // "unreachable", "expired" or "not_owed" (docs/gateway.md, "Receipts").
+  publish(topic, type, payload, opts = {}) {
+    if (!opts.receipt) return this.command({ op: "publish", topic, type, payload });
+    return this.command({ op: "publish", topic, type, payload, receipt: true }).then((res) => res.receipt);
   }
 
   // command sends one command frame of the protocol and resolves with its
