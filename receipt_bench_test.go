@@ -16,7 +16,7 @@ import (
 // a build without receipts: docs/benchmarks.md, "Receipts").
 func BenchmarkBroadcastTwoNodes(b *testing.B) {
 	cfg := echopubsub.DefaultConfig("bench")
-	cfg.BufferSize = 1 << 20 // the burst of b.N stays buffered: no expiry
+	cfg.BufferSize = 1 << 20  // the burst of b.N stays buffered: no expiry
 	cfg.MaxQueueLen = 1 << 21 // and queued: no back-pressure drop
 	nodes := test.StartCluster(b, 2, cfg)
 	c := test.SpawnCounter(nodes[1].System)
