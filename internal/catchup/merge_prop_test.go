@@ -16,57 +16,147 @@ type item struct {
 	c    uint64
 }
 
-// world drives a Merge the way the session actor does (catchup.go), over
-// a store and a live stream the test controls: rows are appended to the
-// store, become readable (a shared store may show a row later than its
-// live envelope arrives), and their live envelopes arrive in any order,
-// twice, or not at all (lost on the way, told as CursorExpired). The
-// session takes everything at once, except that a stored row may find no
-// room (then the merge reads it again).
+// held is an item on its way to the session, as the actor holds it
+// (catchup.go's caught).
+type held struct {
+	item
+	row      bool // read from the store (a CaughtUp counts as one)
+	readable int  // CaughtUp: the rows the store showed at the handover
+}
+
+// engine is the session's answer to a row or live envelope.
+type engine int
+
+const (
+	delivered engine = iota
+	heldBack         // session.Held: the actor's mailbox waits for room
+	noRoom           // session.NoRoom (rows only): read it again after room
+	refused          // session.Refused: the reservation table is full
+)
+
+// world drives a Merge the way the session actor does (catchup.go,
+// session_actor.go), over a store and a live stream the test controls:
+// rows are appended to the store and become readable (a shared store may
+// show a row later than its live envelope arrives); their live envelopes
+// arrive in any order, twice, or not at all (lost on the way, told as
+// CursorExpired). The session takes a row or envelope, holds it back
+// (the actor's mailbox waits for room), has no room or refuses it, as
+// answer says.
 type world struct {
 	m        *catchup.Merge[uint64]
+	answer   func(row bool) engine
 	page     int
 	gap      map[uint64]bool // gap rows: no live envelope ever carries them
 	written  uint64          // rows appended to the store
 	readable uint64          // rows a read sees
 	pending  []uint64        // live envelopes on their way
-	hole     bool            // the hole timer is armed
+	hole     bool            // follow.hole is set
+	holeDue  bool            // and its timer has not gone off yet
 	holeAt   uint64
-	out      []item
+	held     []held
+	// suspended: the mailbox waits for room; roomWait: a row had none;
+	// roomMsg: the engine made room, its sessionRoom is on its way (behind
+	// what the mailbox held); paused: a read waits for its retry timer.
+	suspended, roomWait, roomMsg, paused bool
+	out                                  []item
 	// mark: where the CaughtUp was handed (index in out) and how many
-	// rows the store showed then; -1: not yet.
+	// rows the store showed at the handover; -1: not yet.
 	mark, markReadable int
 }
 
 func (w *world) emit(kind byte, c uint64) { w.out = append(w.out, item{kind, c}) }
 
-// step reads one page, as sessionActor.step; refuse says which row (by
-// its index in the page, -1 none) finds no room.
-func (w *world) step(refuse int) {
-	if !w.m.Reading() {
+func (w *world) waits() bool { return w.paused || w.roomWait }
+
+// step reads one page, as sessionActor.step (queued by pump only when
+// nothing is held and the follow does not wait).
+func (w *world) step() {
+	if !w.m.Reading() || len(w.held) > 0 || w.waits() {
 		return
 	}
 	from := w.m.Next()
 	last := min(w.readable, from+uint64(w.page)-1)
 	n := 0
 	for c := from; c <= last; c++ {
-		w.m.Row(c)
-		if n == refuse {
-			w.m.Rewind(c) // NoRoom: read again from c
-			return
-		}
 		n++
+		w.m.Row(c)
+		kind := byte('s')
 		if w.gap[c] {
-			w.emit('g', c)
-		} else {
-			w.emit('s', c)
+			kind = 'g'
+		}
+		w.hand(held{item: item{kind, c}, row: true})
+		if w.waits() {
+			return
 		}
 	}
 	end, mark, owed := w.m.Page(max(from, last+1), n < w.page, true)
-	if end == catchup.Live && owed && w.m.TakeCaughtUp() {
-		w.mark, w.markReadable = len(w.out), int(w.readable)
-		w.emit('u', mark)
+	switch end {
+	case catchup.Wait:
+		w.paused = true
+	case catchup.Live:
+		if owed {
+			w.hand(held{item: item{'u', mark}, row: true, readable: int(w.readable)})
+		}
 	}
+}
+
+// hand and flush are sessionActor.hand and flush.
+func (w *world) hand(h held) {
+	if len(w.held) == 0 {
+		if !w.pass(h) {
+			w.held = append(w.held, h)
+		}
+		return
+	}
+	w.held = append(w.held, h)
+	w.flush()
+}
+
+func (w *world) flush() {
+	for i, h := range w.held {
+		if !w.pass(h) {
+			w.held = w.held[i:]
+			return
+		}
+	}
+	w.held = nil
+}
+
+// pass is sessionActor.passCaught.
+func (w *world) pass(h held) bool {
+	if w.m.Stale(h.c, h.row) {
+		return true
+	}
+	switch h.kind {
+	case 'u':
+		if w.m.TakeCaughtUp() {
+			w.mark, w.markReadable = len(w.out), h.readable
+			w.emit('u', h.c)
+		}
+		return true
+	case 'g':
+		w.emit('g', h.c) // a notice: nothing to pace
+		return true
+	}
+	switch w.answer(h.row) {
+	case heldBack:
+		w.suspended = true
+		return false
+	case noRoom:
+		w.m.Rewind(h.c)
+		w.roomWait = true
+	case refused:
+		w.m.Rewind(h.c)
+		if h.row {
+			w.paused = true
+		} else {
+			w.m.Read()
+			w.hole, w.holeDue = false, false
+		}
+	default:
+		w.emit(h.kind, h.c)
+	}
+	return true
 }
 
 // live hands the merge the live envelope of row c, as
@@ -74,31 +164,51 @@ func (w *world) step(refuse int) {
 func (w *world) live(c uint64) {
 	switch w.m.Live(c) {
 	case catchup.Deliver:
-		w.emit('l', c)
+		w.hand(held{item: item{'l', c}})
 		for _, r := range w.m.Released() {
-			w.emit('l', r)
+			w.hand(held{item: item{'l', r}})
 		}
 		if w.m.Ahead() == 0 {
-			w.hole = false
+			w.hole, w.holeDue = false, false
 		}
 	case catchup.Aside:
 		w.m.Aside(c, c)
 		if !w.hole {
-			w.hole, w.holeAt = true, w.m.Next()
+			w.hole, w.holeDue, w.holeAt = true, true, w.m.Next()
 		}
 	case catchup.Read:
-		w.hole = false
+		w.hole, w.holeDue = false, false
 	}
 }
 
 // fireHole: the hole timer went off (sessionActor.holeStayed).
 func (w *world) fireHole() {
-	if !w.hole || w.m.Reading() {
+	if !w.holeDue {
 		return
+	}
+	w.holeDue = false
+	if w.m.Reading() {
+		return // as the actor: follow.hole stays set
 	}
 	w.hole = false
 	if w.m.HoleStayed(w.holeAt) {
-		w.hole, w.holeAt = true, w.m.Next()
+		w.hole, w.holeDue, w.holeAt = true, true, w.m.Next()
+	}
+}
+
+// room: the engine made room (session.Pacer.Room): the mailbox resumes
+// and a sessionRoom is sent behind what it holds.
+func (w *world) room() {
+	if w.suspended || w.roomWait {
+		w.suspended, w.roomMsg = false, true
+	}
+}
+
+// sessionRoom reaches the actor: roomMade, then flush.
+func (w *world) sessionRoom() {
+	if w.roomMsg {
+		w.roomMsg, w.roomWait = false, false
+		w.flush()
 	}
 }
 
@@ -123,6 +233,13 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		maxAhead := rapid.IntRange(1, 4).Draw(t, "maxAhead")
 		w := &world{page: rapid.IntRange(1, 4).Draw(t, "page"), gap: map[uint64]bool{}, mark: -1}
+		w.answer = func(row bool) engine {
+			a := engine(rapid.IntRange(0, 9).Draw(t, "answer"))
+			if a > refused || !row && a == noRoom {
+				return delivered
+			}
+			return a
+		}
 		for range rapid.IntRange(0, 10).Draw(t, "stored") {
 			w.append(rapid.IntRange(0, 5).Draw(t, "gapRow") == 0, true)
 		}
@@ -133,7 +250,11 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 		w.m = catchup.New[uint64](from, maxAhead)
 
 		for range rapid.IntRange(0, 80).Draw(t, "ops") {
-			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			op := rapid.IntRange(0, 8).Draw(t, "op")
+			if w.suspended && op >= 2 && op != 6 {
+				continue // the mailbox waits for room: nothing reaches the actor
+			}
+			switch op {
 			case 0:
 				w.append(rapid.IntRange(0, 5).Draw(t, "gapRow") == 0, rapid.Bool().Draw(t, "readable"))
 			case 1:
@@ -151,9 +272,15 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 					w.live(c)
 				}
 			case 4:
-				w.step(rapid.IntRange(-1, w.page+3).Draw(t, "refuse"))
+				w.step()
 			case 5:
 				w.fireHole()
+			case 6:
+				w.room()
+			case 7:
+				w.paused = false // the retry timer
+			case 8:
+				w.sessionRoom()
 			}
 		}
 
@@ -161,7 +288,10 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 		// arrive, then one more row comes live (a lost last row is told by
 		// the next one's hole); the timers and reads run until it is out
 		// and the merge is live.
+		w.answer = func(bool) engine { return delivered }
 		w.readable = w.written
+		w.room()
+		w.sessionRoom()
 		for _, c := range w.pending {
 			w.live(c)
 		}
@@ -175,9 +305,15 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 				t.Fatalf("the merge never handed row %d over: %s", last, render(w.out))
 			}
 			switch {
+			case w.suspended || w.roomWait:
+				w.room()
+			case w.roomMsg:
+				w.sessionRoom()
+			case w.paused:
+				w.paused = false
 			case w.m.Reading():
-				w.step(-1)
-			case w.hole:
+				w.step()
+			case w.holeDue:
 				w.fireHole()
 			default:
 				w.live(last)
@@ -201,6 +337,9 @@ func check(t *rapid.T, w *world, from, last uint64) {
 			t.Fatalf("item %d: row %d handed as %c, its kind is gap=%v: %s", i, it.c, it.kind, w.gap[it.c], render(w.out))
 		}
 		want++
+	}
+	if len(w.held) > 0 {
+		t.Fatalf("%d items still held at the end: %v", len(w.held), w.held)
 	}
 	if want != last+1 {
 		t.Fatalf("rows %d..%d handed, want %d..%d: %s", from, want-1, from, last, render(w.out))
