@@ -284,47 +284,57 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 			}
 		}
 
-		// The end: every row readable, the live ones still on their way
-		// arrive, then one more row comes live (a lost last row is told by
-		// the next one's hole); the timers and reads run until it is out
-		// and the merge is live.
-		w.answer = func(bool) engine { return delivered }
-		w.readable = w.written
-		w.room()
-		w.sessionRoom()
-		for _, c := range w.pending {
-			w.live(c)
-		}
-		w.append(false, true)
-		last := w.written
-		for i := 0; ; i++ {
-			if w.m.Next() > last && !w.m.Reading() {
-				break
-			}
-			if i == 10_000 {
-				t.Fatalf("the merge never handed row %d over: %s", last, render(w.out))
-			}
-			switch {
-			case w.suspended || w.roomWait:
-				w.room()
-			case w.roomMsg:
-				w.sessionRoom()
-			case w.paused:
-				w.paused = false
-			case w.m.Reading():
-				w.step()
-			case w.holeDue:
-				w.fireHole()
-			default:
-				w.live(last)
-			}
-		}
-		check(t, w, from, last)
+		w.finish(t, from)
 	})
 }
 
+// fatalf is what testing.T and rapid.T share.
+type fatalf interface {
+	Fatalf(format string, args ...any)
+}
+
+// finish ends a run: every row readable, the session takes everything,
+// the live envelopes still on their way arrive, then one more row comes
+// live (a lost last row is told by the next one's hole); the timers and
+// reads run until it is out and the merge is live. Then it checks the
+// guarantee.
+func (w *world) finish(t fatalf, from uint64) {
+	w.answer = func(bool) engine { return delivered }
+	w.readable = w.written
+	w.room()
+	w.sessionRoom()
+	for _, c := range w.pending {
+		w.live(c)
+	}
+	w.append(false, true)
+	last := w.written
+	for i := 0; ; i++ {
+		if w.m.Next() > last && !w.m.Reading() {
+			break
+		}
+		if i == 10_000 {
+			t.Fatalf("the merge never handed row %d over: %s", last, render(w.out))
+		}
+		switch {
+		case w.suspended || w.roomWait:
+			w.room()
+		case w.roomMsg:
+			w.sessionRoom()
+		case w.paused:
+			w.paused = false
+		case w.m.Reading():
+			w.step()
+		case w.holeDue:
+			w.fireHole()
+		default:
+			w.live(last)
+		}
+	}
+	check(t, w, from, last)
+}
+
 // check states the guarantee for what w handed over.
-func check(t *rapid.T, w *world, from, last uint64) {
+func check(t fatalf, w *world, from, last uint64) {
 	want := from
 	for i, it := range w.out {
 		if it.kind == 'u' {
