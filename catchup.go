@@ -357,7 +357,8 @@ func (a *sessionActor) passCaught(c *caught) bool {
 			return false
 		case session.Refused: // the node's table is full: the store keeps it for later
 			c.f.m.Rewind(c.env.Cursor)
-			a.read(c.f)
+			c.f.stopHole()
+			a.pump()
 		}
 		return true
 	}
@@ -373,11 +374,13 @@ func (a *sessionActor) passCaught(c *caught) bool {
 		// (cursor >= next), and the session's other topics go on
 		// meanwhile.
 		c.f.m.Rewind(c.cursor) // reading: nothing is aside
+		c.f.stopHole()
 		c.f.roomWait = true
 	case session.Refused:
 		// The node's reservation table is full: as for NoRoom, but other
 		// sessions' acks make room there, so it reads again after a pause.
 		c.f.m.Rewind(c.cursor)
+		c.f.stopHole()
 		a.pause(c.f)
 	}
 	return true

@@ -188,10 +188,11 @@ func (m *Merge[T]) Read() {
 }
 
 // Rewind makes the Merge read again from c, a row or envelope the session
-// had no room for (it is handed again from the store). What is aside
-// stays.
+// had no room for (it is handed again from the store). What is aside is
+// dropped: the reading reaches it.
 func (m *Merge[T]) Rewind(c uint64) {
-	m.next, m.reading = c, true
+	m.next = c
+	m.Read()
 }
 
 // Truncated: the store no longer keeps the rows from Next up to first;

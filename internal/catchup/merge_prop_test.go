@@ -144,15 +144,12 @@ func (w *world) pass(h held) bool {
 		return false
 	case noRoom:
 		w.m.Rewind(h.c)
+		w.hole, w.holeDue = false, false
 		w.roomWait = true
 	case refused:
 		w.m.Rewind(h.c)
-		if h.row {
-			w.paused = true
-		} else {
-			w.m.Read()
-			w.hole, w.holeDue = false, false
-		}
+		w.hole, w.holeDue = false, false
+		w.paused = h.row // a live envelope: read at once
 	default:
 		w.emit(h.kind, h.c)
 	}
@@ -378,4 +375,53 @@ func check(t fatalf, w *world, from, last uint64) {
 		t.Fatalf("CaughtUp{Cursor %d} handed when the store showed rows up to %d: a catch-up not at the stream's end: %s",
 			mark.c, w.markReadable, render(w.out))
 	}
+}
+
+// TestMergeHoleAfterARewind: rows of the catch-up are held back for room
+// while the merge goes live; a live envelope goes aside (a hole opens)
+// before the session refuses the first held row, so the merge reads again
+// from it. The hole's timer goes off during that reading. Once live again,
+// a new hole (a gap row, which never comes live) must get its own wait.
+func TestMergeHoleAfterARewind(t *testing.T) {
+	for _, a := range []engine{noRoom, refused} {
+		t.Run(map[engine]string{noRoom: "NoRoom", refused: "Refused"}[a], func(t *testing.T) { holeAfterARewind(t, a) })
+	}
+}
+
+func holeAfterARewind(t *testing.T, a engine) {
+	answers := []engine{heldBack, heldBack, heldBack, a}
+	w := &world{page: 4, gap: map[uint64]bool{}, mark: -1, m: catchup.New[uint64](1, 256)}
+	w.answer = func(bool) engine {
+		if len(answers) == 0 {
+			return delivered
+		}
+		defer func() { answers = answers[1:] }()
+		return answers[0]
+	}
+	w.append(false, true)
+	w.append(false, true)
+	w.pending = nil
+	w.step() // rows 1, 2 held back; live from 3, its CaughtUp held behind them
+	w.room()
+	w.append(false, true)
+	w.append(false, true)
+	w.live(4) // the mailbox resumed: 4 is aside, 3 on its way
+	w.sessionRoom()
+	if !w.m.Reading() || w.m.Next() != 1 {
+		t.Fatalf("the first held row was refused: want a reading from 1, got reading %v from %d", w.m.Reading(), w.m.Next())
+	}
+	w.fireHole() // during the reading
+	w.paused = false
+	w.room()
+	w.sessionRoom()
+	w.step()
+	w.step()              // rows 1..4, live from 5
+	w.append(true, true)  // 5: a gap row
+	w.append(false, true) // 6
+	w.pending = w.pending[:0]
+	w.live(6)
+	if !w.holeDue {
+		t.Errorf("live from %d, row 6 aside: no hole wait armed for the gap row at 5 (ahead %d): %s", w.m.Next(), w.m.Ahead(), render(w.out))
+	}
+	w.finish(t, 1)
 }

@@ -126,6 +126,11 @@ func TestMergeTable(t *testing.T) {
 			{do: "read", next: 1, reading: true},
 			{do: "page", c: 1, end: catchup.Live, mark: 0, owed: false, next: 1},
 		}},
+		{"a rewind drops what is aside: the reading reaches it", 1, []op{
+			{do: "page", c: 3, end: catchup.Live, mark: 2, owed: true, next: 3},
+			{do: "live", c: 5, verdict: catchup.Aside, ahead: 1, next: 3},
+			{do: "rewind", c: 2, next: 2, reading: true, ahead: 0},
+		}},
 		{"a CaughtUp parked with the rows before it is owed again at the next handover", 1, []op{
 			{do: "row", c: 1},
 			{do: "page", c: 2, end: catchup.Live, mark: 1, owed: true, next: 2},
