@@ -169,12 +169,32 @@ func (a *sessionActor) current(f *follow) bool {
 	return a.follows[f.topic] == f
 }
 
-// aside keeps env (Merge.Live said catchup.Aside) until the hole before
-// it fills.
-func (a *sessionActor) aside(f *follow, env *Envelope) {
-	f.m.Aside(env.Cursor, env)
-	if f.hole == nil {
-		a.armHole(f)
+// admit asks f's merge about a live envelope with cursor c (before the
+// actor builds it): catchup.Deliver or catchup.Aside, it is to be built
+// and passed to followed; anything else drops it.
+func (a *sessionActor) admit(f *follow, c uint64) catchup.Verdict {
+	v := f.m.Live(c)
+	if v == catchup.Read { // too many aside: the reading reaches them all
+		f.stopHole()
+		a.pump()
+	}
+	return v
+}
+
+// followed hands on a live envelope admit let through: v says whether it
+// is next (then what it lets out of aside follows it) or waits aside until
+// the hole before it fills.
+func (a *sessionActor) followed(f *follow, env *Envelope, v catchup.Verdict) {
+	if v == catchup.Aside {
+		f.m.Aside(env.Cursor, env)
+		if f.hole == nil {
+			a.armHole(f)
+		}
+		return
+	}
+	a.hand(&caught{f: f, cursor: env.Cursor, env: env})
+	for _, e := range f.released() {
+		a.hand(&caught{f: f, cursor: e.Cursor, env: e})
 	}
 }
 

@@ -150,13 +150,8 @@ func (a *sessionActor) deliver(d *messages.Delivery) {
 	case env == nil:
 	case f == nil:
 		a.hand(env)
-	case v == catchup.Aside:
-		a.aside(f, env)
-	default: // catchup.Deliver
-		a.hand(&caught{f: f, cursor: env.Cursor, env: env})
-		for _, e := range f.released() {
-			a.hand(&caught{f: f, cursor: e.Cursor, env: e})
-		}
+	default:
+		a.followed(f, env, v)
 	}
 }
 
@@ -236,12 +231,7 @@ func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow,
 	}
 	if spec.catchUp && d.StoreCursor != 0 {
 		f = a.following(d.Topic, spec)
-		switch v = f.m.Live(d.StoreCursor); v {
-		case catchup.Drop:
-			return nil, nil, 0
-		case catchup.Read: // too many aside: the reading reaches them all
-			f.stopHole()
-			a.pump()
+		if v = a.admit(f, d.StoreCursor); v != catchup.Deliver && v != catchup.Aside {
 			return nil, nil, 0
 		}
 	}

@@ -156,8 +156,8 @@ func (w *world) pass(h held) bool {
 	return true
 }
 
-// live hands the merge the live envelope of row c, as
-// sessionActor.deliver.
+// live hands the merge the live envelope of row c, as sessionActor.admit
+// and followed (catchup.go).
 func (w *world) live(c uint64) {
 	switch w.m.Live(c) {
 	case catchup.Deliver:
