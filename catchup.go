@@ -198,7 +198,7 @@ func (a *sessionActor) followed(f *follow, env *Envelope, v catchup.Verdict) {
 	}
 }
 
-// armHole starts the wait for the hole at f.next to fill.
+// armHole starts the wait for the hole at f.m.Next() to fill.
 func (a *sessionActor) armHole(f *follow) {
 	self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.m.Next()}
 	f.holeN = hole
@@ -229,14 +229,7 @@ func (a *sessionActor) holeStayed(h *catchUpHole) {
 	a.pump() // the merge reads from next
 }
 
-// read makes f read from the store from next; what it kept aside is
-// dropped (the reading reaches it).
-func (a *sessionActor) read(f *follow) {
-	f.m.Read()
-	f.stopHole()
-	a.pump()
-}
-
+// stopHole ends the wait for a hole (it filled, or the merge reads).
 func (f *follow) stopHole() {
 	if f.hole != nil {
 		f.hole.Stop()
