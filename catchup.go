@@ -7,6 +7,7 @@ import (
 
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/internal/session"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A WithFrom subscription (a follow) is one session's position in one
@@ -325,7 +326,7 @@ func (a *sessionActor) step() {
 	}
 	// next moves past each row before it is handed: a row the engine
 	// takes at once must find itself below next (see passCaught).
-	if first, cut := truncation(f.next, rows, next); cut {
+	if first, cut := store.Truncation(f.next, rows, next); cut {
 		from := f.next
 		f.next = first
 		if !plant.DropTruncatedNotice() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // ReplayOptions bound one ReplaySession page.
@@ -128,7 +129,7 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 		return st, fmt.Errorf("echopubsub: replay %q: %w", stream, err)
 	}
 	st.NextCursor = next
-	if firstKept, truncated := truncation(opts.From, rows, next); truncated {
+	if firstKept, truncated := store.Truncation(opts.From, rows, next); truncated {
 		if !ps.sess.engine.Notify(s, &StreamTruncated{SessionID: id, Stream: stream, From: max(opts.From, 1), FirstKept: firstKept}) {
 			return st, session.UnknownSession(id)
 		}

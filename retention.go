@@ -3,53 +3,12 @@ package echopubsub
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub/internal/core"
 )
-
-// Retention bounds what the store keeps of each durable stream. A zero
-// field is no limit; the zero Retention keeps everything (the default).
-// The oldest rows go first, and a stream's cursors are never reused: a
-// replay or a catch-up (WithFrom) from a cursor below what is kept gets a
-// *StreamTruncated first, then the rows from its FirstKept.
-type Retention struct {
-	// MaxAge drops rows appended longer ago than this.
-	MaxAge time.Duration
-	// MaxRows keeps at most this many rows per stream.
-	MaxRows uint64
-	// MaxBytes keeps at most this many payload bytes per stream.
-	MaxBytes uint64
-}
-
-// validate reports a negative MaxAge.
-func (r Retention) validate() error {
-	if r.MaxAge < 0 {
-		return fmt.Errorf("echopubsub: Retention.MaxAge must be >= 0, got %s", r.MaxAge)
-	}
-	return nil
-}
-
-// String names the limits set ("MaxAge 1h0m0s, MaxRows 1000"; "none").
-func (r Retention) String() string {
-	var parts []string
-	if r.MaxAge != 0 {
-		parts = append(parts, fmt.Sprintf("MaxAge %s", r.MaxAge))
-	}
-	if r.MaxRows != 0 {
-		parts = append(parts, fmt.Sprintf("MaxRows %d", r.MaxRows))
-	}
-	if r.MaxBytes != 0 {
-		parts = append(parts, fmt.Sprintf("MaxBytes %d", r.MaxBytes))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
 
 // WithRetention makes the pubsub trim its durable streams to r: a
 // goroutine of the pubsub, started by Start and ended by Stop, asks the
@@ -66,7 +25,7 @@ func checkRetention(o *options) error {
 	if r == (Retention{}) {
 		return nil
 	}
-	if err := r.validate(); err != nil {
+	if err := r.Validate(); err != nil {
 		return err
 	}
 	if o.store == nil {
@@ -147,16 +106,4 @@ type StreamTruncated struct {
 	Stream    string
 	From      uint64
 	FirstKept uint64
-}
-
-// truncation is the one rule that tells a read of stream from `from` began
-// past it: rows (in cursor order) and next are what Store.Read returned.
-// A store's cursors have no hole, so a first row above from, or no row and
-// a next above from, means rows below were removed by retention.
-func truncation(from uint64, rows []Record, next uint64) (firstKept uint64, truncated bool) {
-	from = max(from, 1)
-	if len(rows) > 0 {
-		return rows[0].Cursor, rows[0].Cursor > from
-	}
-	return next, next > from
 }

@@ -11,167 +11,49 @@ import (
 
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
+	"github.com/echopubsub/echopubsub/store"
 )
 
-// Store keeps durable streams: for each stream (a topic named durable with
-// WithDurableTopics), the rows appended to it, numbered by a cursor. Three
-// implementations ship: package store/seglog (embedded, a segmented log in
-// one directory per node, one fdatasync per commit: the default, and the
-// demo's), module store/bolt (embedded, one bbolt file per node, which opens
-// in constant time) and module store/postgres (PostgreSQL shared by the
-// cluster). Package store/storetest is the conformance suite every
-// Store must pass. A Store validates what it is given: a record needs a
-// Stream, a Kind of RecordMessage or RecordGap, and a message record its
-// PayloadType.
-//
-// A node-local Store (Shared false) holds what its node published and
-// received. Marking what the node missed with gap rows also needs the
-// producer positions that store/bolt and store/seglog record with their
-// rows, an interface internal to this module (internal/core.LocalStore):
-// another node-local Store has no gap rows.
-//
-// Cursors: a stream's first row has cursor 1 and each row the previous
-// cursor + 1, with no hole: a row is visible to Read only once every row
-// below it is. Append is all or nothing.
-//
-// Implementations must be safe for concurrent use.
-type Store interface {
-	// Append stores recs (all or none) and sets each one's Cursor. Records
-	// of one stream get consecutive cursors in slice order. When Append
-	// returns nil the rows are durable (they survive a crash of the
-	// process and of the machine, as far as the storage's fsync does).
-	Append(ctx context.Context, recs []Record) error
-	// Read returns up to limit (> 0) rows of stream whose cursor is >=
-	// from (0 reads from the start), in cursor order, and next, the cursor
-	// after the last row returned. With no row: next is from (1 for from
-	// 0) when nothing at or after from was appended yet, and the stream's
-	// end + 1 when every row from from on was removed (Trimmer). A from
-	// past the stream's end + 1 is ErrCursorBeyondEnd: such a cursor was
-	// not handed out by this store. A stream never appended to is empty:
-	// reading it from 0 or 1 returns no rows and next 1. A first row above
-	// from, or a next above from with no row, means rows below were
-	// removed: the replay and catch-up tell the session (StreamTruncated).
-	Read(ctx context.Context, stream string, from uint64, limit int) (recs []Record, next uint64, err error)
-	// Shared reports whether every node of the cluster uses this store (a
-	// shared database: the publishing node appends each row once, and a
-	// cursor means the same row on every node) or it belongs to one node
-	// (an embedded file: each node appends what it receives, and a cursor
-	// is meaningful only on the node that handed it out).
-	Shared() bool
-	// Close releases the store. Calls after Close fail.
-	Close() error
-}
+// The contract of durable streams is package store: these are its names
+// as this package has always had them (aliases: the same types and
+// values).
+type (
+	// Store keeps durable streams: see store.Store.
+	Store = store.Store
+	// Trimmer is what a Store adds to enforce a Retention: see
+	// store.Trimmer.
+	Trimmer = store.Trimmer
+	// Trimmed is what one Trim removed from one stream: see store.Trimmed.
+	Trimmed = store.Trimmed
+	// RecordKind is what a stream row holds: see store.RecordKind.
+	RecordKind = store.RecordKind
+	// Record is one row of a stream: see store.Record.
+	Record = store.Record
+	// Retention bounds what the store keeps of each durable stream: see
+	// store.Retention.
+	Retention = store.Retention
+)
 
-// Trimmer is what a Store adds to enforce a Retention (WithRetention): it
-// is an interface of its own, not a method of Store, so that a Store
-// written for an earlier release still compiles and runs unchanged when
-// nobody asks for retention; Start refuses WithRetention with a store that
-// lacks it, naming the store's type, rather than keep rows it was told to
-// drop. store/bolt, store/seglog, store/postgres and test.MemStore
-// implement it.
-//
-// The rules every implementation follows (store/storetest checks them):
-//
-//   - Only the oldest rows of a stream go: Trim removes, per stream, every
-//     row at or below one cursor. The rows kept are a contiguous run that
-//     ends at the stream's last row, so Read from a removed cursor returns
-//     the first kept row, or, with every row removed, no row and next =
-//     the stream's end + 1.
-//   - Cursors are never reused: the stream's end survives its rows (and a
-//     reopen); the next Append continues after it.
-//   - MaxRows counts every row (gap rows too); MaxBytes counts the
-//     payload bytes (len(Payload)) of the rows kept, and keeps at most that
-//     many, even when that leaves no row; MaxAge removes the rows appended
-//     more than MaxAge before now. A row with the zero Time (written before
-//     the store recorded times) is as old as the first timed row after it:
-//     it goes when a later row goes for its age, never on its own.
-//   - Appends are never blocked for long: an implementation removes rows in
-//     bounded chunks, each its own transaction, and rows of the stream
-//     appended meanwhile are kept (they are above the cut).
-//   - A node-local store keeps its producer positions and its gap rows
-//     working: MarkGap still writes a gap row into a stream whose rows were
-//     all removed.
-type Trimmer interface {
-	// Trim removes from every stream the rows r does not keep (now is
-	// the store's clock) and reports, per stream it removed rows from,
-	// what it removed. With ctx ended it stops between chunks and returns
-	// what it removed so far with ctx's error. A zero r removes nothing.
-	Trim(ctx context.Context, r Retention) ([]Trimmed, error)
-}
-
-// Trimmed is what one Trim removed from one stream.
-type Trimmed struct {
-	Stream string
-	// Rows and Bytes (payload bytes) removed.
-	Rows, Bytes uint64
-	// FirstKept is the stream's first cursor still kept: its end + 1 when
-	// every row was removed.
-	FirstKept uint64
-}
-
-// RecordKind is what a stream row holds.
-type RecordKind uint8
-
+// Record kinds: see store.RecordMessage and store.RecordGap.
 const (
-	// RecordMessage is a broadcast message.
-	RecordMessage RecordKind = 1
-	// RecordGap marks messages of the stream this node's store does not
-	// hold (a node-local store that missed them: see the package doc,
-	// "Durable streams"). ReplaySession hands the session a *StreamGap.
-	RecordGap RecordKind = 2
+	RecordMessage = store.RecordMessage
+	RecordGap     = store.RecordGap
 )
-
-func (k RecordKind) String() string {
-	switch k {
-	case RecordMessage:
-		return "message"
-	case RecordGap:
-		return "gap"
-	}
-	return fmt.Sprintf("RecordKind(%d)", uint8(k))
-}
-
-// Record is one row of a stream.
-type Record struct {
-	Stream string
-	// Cursor is set by Append.
-	Cursor uint64
-	Kind   RecordKind
-	// Origin is the node that published the message (for a gap: the
-	// producer node whose messages are missing).
-	Origin string
-	// PayloadType and Payload are the message's full protobuf name and
-	// wire bytes (RecordMessage).
-	PayloadType string
-	Payload     []byte
-	// Missed is, for a gap, the number of messages missing (0: unknown).
-	Missed uint64
-	// Reason says why a gap is there.
-	Reason string
-	// Time is when the row was appended: Append sets it (the store's
-	// clock, UTC, to the microsecond) when it is zero. Retention.MaxAge
-	// reads it. Rows a store wrote before it recorded times read back
-	// with the zero Time (see Trimmer).
-	Time time.Time
-}
 
 // Store errors.
 var (
-	// ErrCursorBeyondEnd: a replay cursor past the stream's end + 1. It was
-	// not handed out by this store: a cursor of another node's embedded
-	// store, or a store that was deleted and created anew. Nothing is
-	// skipped on its account: replay from a cursor this store handed out
-	// (or from 0 after reloading from a source of truth).
-	ErrCursorBeyondEnd = errors.New("echopubsub: replay cursor is beyond the stream's end")
-	// ErrStoreClosed: the store was closed.
-	ErrStoreClosed = errors.New("echopubsub: store closed")
+	// ErrCursorBeyondEnd is store.ErrCursorBeyondEnd: a replay cursor past
+	// the stream's end + 1, not handed out by this store.
+	ErrCursorBeyondEnd = store.ErrCursorBeyondEnd
+	// ErrStoreClosed is store.ErrStoreClosed: the store was closed.
+	ErrStoreClosed = store.ErrStoreClosed
+	// ErrBadLimit is store.ErrBadLimit: ReplayOptions.Limit must be > 0.
+	ErrBadLimit = store.ErrBadLimit
 	// ErrNoStore: ReplaySession on a pubsub started without a store, or a
 	// stream that is not durable.
 	ErrNoStore = errors.New("echopubsub: no durable store for this stream")
 	// ErrUnauthorized wraps the authorizer's refusal (WithAuthorizer).
 	ErrUnauthorized = errors.New("echopubsub: not authorized")
-	// ErrBadLimit: ReplayOptions.Limit must be > 0.
-	ErrBadLimit = errors.New("echopubsub: replay limit must be positive")
 )
 
 // WithStore makes the pubsub keep its durable topics (WithDurableTopics) in
@@ -296,16 +178,16 @@ func (d *durability) Publish(ctx context.Context, w *core.Write) error {
 	return nil
 }
 
-func (d *durability) local() core.LocalStore[Record] {
+func (d *durability) local() store.LocalStore {
 	if d == nil || d.store == nil || d.store.Shared() {
 		return nil
 	}
-	l, _ := d.store.(core.LocalStore[Record])
+	l, _ := d.store.(store.LocalStore)
 	return l
 }
 
-func producerPosition(p core.ProducerPos, retired bool) core.ProducerPosition {
-	return core.ProducerPosition{Node: p.Node, Group: p.Group, Incarnation: p.Incarnation, Next: p.Next, Retired: retired}
+func producerPosition(p core.ProducerPos, retired bool) store.ProducerPosition {
+	return store.ProducerPosition{Node: p.Node, Group: p.Group, Incarnation: p.Incarnation, Next: p.Next, Retired: retired}
 }
 
 // Received implements core.Durable: a node-local store appends what this
@@ -448,7 +330,7 @@ func (d *durability) ended(group uint32, incarnation, writeCursor uint64, lastWr
 	}
 	ctx, cancel := d.ctx()
 	defer cancel()
-	pos := core.ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
+	pos := store.ProducerPosition{Node: selfNode, Group: group, Incarnation: incarnation, Next: writeCursor, Retired: true}
 	if err := l.AppendAt(ctx, nil, pos); err != nil {
 		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not record where this producer ended: peers will mark a gap")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A node-local store that fails (a full disk, an I/O error) does not stop
@@ -58,7 +59,7 @@ type storeFault struct {
 	// position of each producer whose writes were not stored.
 	rows  map[gapKey]uint64
 	marks []localWrite
-	pos   map[posKey]core.ProducerPosition
+	pos   map[posKey]store.ProducerPosition
 	// unstored counts the rows not stored since the failure began.
 	unstored uint64
 }
@@ -95,13 +96,13 @@ func (d *durability) storeHealth() *StoreHealth {
 type localWrite struct {
 	rows []core.Row
 	mark *Record
-	pos  core.ProducerPosition
+	pos  store.ProducerPosition
 }
 
 // write does w on l. When the store fails, w is kept (counted, for gap
 // rows) and write returns nil: the worker goes on delivering. A closed
 // store is an error (the pubsub is stopping).
-func (d *durability) write(l core.LocalStore[Record], w localWrite) error {
+func (d *durability) write(l store.LocalStore, w localWrite) error {
 	if d.fault.failing.Load() {
 		if done, err := d.writeFailing(l, w); done {
 			return err
@@ -120,7 +121,7 @@ func (d *durability) write(l core.LocalStore[Record], w localWrite) error {
 // writeFailing is write while the store fails: w is kept until it is time
 // to try again, then written after what was kept. done false: the store
 // recovered meanwhile, write w as usual.
-func (d *durability) writeFailing(l core.LocalStore[Record], w localWrite) (done bool, err error) {
+func (d *durability) writeFailing(l store.LocalStore, w localWrite) (done bool, err error) {
 	d.fault.mu.Lock()
 	defer d.fault.mu.Unlock()
 	switch {
@@ -135,7 +136,7 @@ func (d *durability) writeFailing(l core.LocalStore[Record], w localWrite) (done
 
 // writeNow writes gaps (gap rows first), then w, in one transaction, and
 // w.mark in its own (MarkGap).
-func (d *durability) writeNow(l core.LocalStore[Record], gaps []Record, w localWrite) error {
+func (d *durability) writeNow(l store.LocalStore, gaps []Record, w localWrite) error {
 	ctx, cancel := d.ctx()
 	defer cancel()
 	if w.mark != nil {
@@ -166,7 +167,7 @@ func (d *durability) failed(err error, w localWrite) {
 	f.err, f.retryAt = err, now.Add(storeRetryInterval)
 	if !f.failing.Load() {
 		f.since = now
-		f.rows, f.pos, f.marks, f.unstored = map[gapKey]uint64{}, map[posKey]core.ProducerPosition{}, nil, 0
+		f.rows, f.pos, f.marks, f.unstored = map[gapKey]uint64{}, map[posKey]store.ProducerPosition{}, nil, 0
 		f.failing.Store(true)
 		d.metrics.StoreFailing(true)
 		d.log.Error().Err(err).Msg("durable store: writes fail: live delivery goes on; the durable rows received meanwhile are not stored and become gap rows once the store takes writes again")
@@ -213,7 +214,7 @@ func (d *durability) armRetry() {
 }
 
 // retry writes what the failure kept, then w. Called with fault.mu held.
-func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
+func (d *durability) retry(l store.LocalStore, w localWrite) error {
 	f := &d.fault
 	gaps := make([]Record, 0, len(f.rows))
 	for k, n := range f.rows {
@@ -263,7 +264,7 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 
 // recovered ends a failure: every kept producer position but done's is
 // recorded, and the state cleared. Called with fault.mu held.
-func (d *durability) recovered(l core.LocalStore[Record], done core.ProducerPosition, gapRows int) {
+func (d *durability) recovered(l store.LocalStore, done store.ProducerPosition, gapRows int) {
 	f := &d.fault
 	ctx, cancel := d.ctx()
 	defer cancel()
@@ -297,7 +298,7 @@ func (d *durability) published(err error) {
 	case err != nil:
 		d.failed(err, localWrite{})
 	case f.failing.Load() && len(f.rows) == 0 && len(f.marks) == 0 && len(f.pos) == 0:
-		d.recovered(nil, core.ProducerPosition{}, 0)
+		d.recovered(nil, store.ProducerPosition{}, 0)
 	}
 }
 
@@ -320,7 +321,7 @@ func (d *durability) flushFaults() {
 
 // position is what l recorded for the producer of node's group, or, while
 // l fails, the position kept for it since.
-func (d *durability) position(l core.LocalStore[Record], node string, group uint32) (core.ProducerPosition, bool, error) {
+func (d *durability) position(l store.LocalStore, node string, group uint32) (store.ProducerPosition, bool, error) {
 	if d.fault.failing.Load() {
 		d.fault.mu.Lock()
 		p, ok := d.fault.pos[posKey{node, group}]

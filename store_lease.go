@@ -3,7 +3,7 @@ package echopubsub
 import (
 	"time"
 
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A producer incarnation that ends before it reached a node (the node was
@@ -40,7 +40,7 @@ func (d *durability) Lease(group uint32, incarnation uint64, until time.Time) er
 	}
 	ctx, cancel := d.ctx()
 	defer cancel()
-	return l.AppendAt(ctx, nil, core.ProducerPosition{Node: leaseNode, Group: group, Incarnation: incarnation, Next: end})
+	return l.AppendAt(ctx, nil, store.ProducerPosition{Node: leaseNode, Group: group, Incarnation: incarnation, Next: end})
 }
 
 // Earlier implements core.Durable.

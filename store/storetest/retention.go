@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // sized is a message row of stream with an n-byte payload.
@@ -196,11 +196,11 @@ func runRetention(t *testing.T, h Harness, open func(t *testing.T) echopubsub.St
 	})
 	t.Run("RetentionKeepsGapRowsAndPositions", func(t *testing.T) {
 		s := trimmer(t)
-		l, ok := s.(core.LocalStore[echopubsub.Record])
+		l, ok := s.(store.LocalStore)
 		if !ok {
 			t.Skipf("%T is not a node-local store with gap rows", s)
 		}
-		pos := core.ProducerPosition{Node: "node-b:2", Group: 0, Incarnation: 7, Next: 42}
+		pos := store.ProducerPosition{Node: "node-b:2", Group: 0, Incarnation: 7, Next: 42}
 		if err := l.AppendAt(ctx(t), []echopubsub.Record{sized("p", 10), sized("p", 10)}, pos); err != nil {
 			t.Fatal(err)
 		}
