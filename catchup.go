@@ -35,7 +35,7 @@ import (
 //     envelopes aside, makes it read from the store from next.
 //
 // Gap rows become *StreamGap and rows the store no longer keeps one
-// *StreamTruncated (the rule is truncation, retention.go), in cursor
+// *StreamTruncated (the rule is store.Truncation), in cursor
 // order with the rows. The first time a follow goes live it hands the
 // session one *CaughtUp, behind the last row it read and before the first
 // live envelope; a later reading (a hole, a session out of room) goes live
@@ -311,8 +311,8 @@ func (a *sessionActor) step() {
 		return
 	}
 	defer a.pump()
-	ctx, cancel := a.ps.dur.ctx()
-	rows, next, err := a.ps.dur.store.Read(ctx, f.topic, f.next, catchUpPage)
+	ctx, cancel := a.ps.dur.Ctx()
+	rows, next, err := a.ps.dur.Store.Read(ctx, f.topic, f.next, catchUpPage)
 	cancel()
 	if err != nil {
 		ev := a.ps.rt.Log.Warn()

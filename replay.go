@@ -111,20 +111,20 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	if err != nil {
 		return st, err
 	}
-	if !ps.dur.durable(stream) {
+	if !ps.dur.IsDurable(stream) {
 		return st, fmt.Errorf("%w: %q", ErrNoStore, stream)
 	}
-	if auth := ps.dur.authorize; auth != nil {
+	if auth := ps.dur.Authorize; auth != nil {
 		if err := auth(id, stream); err != nil {
 			return st, fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, stream, err)
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ps.dur.timeout)
+		ctx, cancel = context.WithTimeout(ctx, ps.dur.Timeout)
 		defer cancel()
 	}
-	rows, next, err := ps.dur.store.Read(ctx, stream, opts.From, opts.Limit)
+	rows, next, err := ps.dur.Store.Read(ctx, stream, opts.From, opts.Limit)
 	if err != nil {
 		return st, fmt.Errorf("echopubsub: replay %q: %w", stream, err)
 	}

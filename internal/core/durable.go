@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Durable is the durable-stream side of a pubsub (the root package's
-// store.go implements it; Runtime.Durable is nil without a store). Enqueue
+// Durable is the durable-stream side of a pubsub (internal/durable's
+// Engine implements it; Runtime.Durable is nil without a store). Enqueue
 // calls Publish for every write of this node; a worker calls the others
 // for what it receives, so that a node-local store holds every durable
 // message the node got and marks what it did not get (gap rows). For a
@@ -24,7 +24,7 @@ type Durable interface {
 	// producer sends it again). A node-local store that fails to write
 	// does not refuse it: Received counts the rows for gap rows written
 	// once the store recovers, leaves their Cursor 0 and returns nil, so
-	// that the node's traffic goes on (the root's store_fault.go).
+	// that the node's traffic goes on (internal/durable/fault.go).
 	Received(p ProducerPos, rows []Row) error
 	// Lost records that messages of p's producer were lost for this node
 	// (the worker told CursorExpired), and p, the cursor it goes on from.

@@ -29,7 +29,7 @@
 // Every Append, AppendAt or MarkGap call is one frame (see frame.go):
 // length, CRC-32C, then its rows (stream, cursor, record with its own
 // CRC-32C) and the producer position, so that it is all or nothing
-// after a torn write. Concurrent calls share a commit (internal/storekit.GroupCommit): their frames go
+// after a torn write. Concurrent calls share a commit (storekit.GroupCommit): their frames go
 // in one write and one fdatasync; rows become visible to Read only after
 // it, in cursor order. A commit that only records positions is not
 // fdatasynced (store.LocalStore allows it); the next commit's fdatasync
