@@ -89,13 +89,15 @@ func TestNoInternalPackageImportsTheRoot(t *testing.T) {
 // for the root module's store packages, which use public packages only,
 // as a store written outside this repository must).
 var storePackages = []struct {
-	dir, gowork string // gowork "": this checkout's go.work
+	dir, gowork string // gowork "": this checkout's go.work; a .work file: that one
 	pkgs        []string
 	allowed     string
 }{
 	{".", "off", []string{"./store", "./store/storekit", "./store/seglog"}, ""},
 	{"store/bolt", "", []string{"./..."}, rootPath + "/store/bolt"},
 	{"store/postgres", "", []string{"./..."}, rootPath + "/store/postgres"},
+	// A store written outside the repository: its own module and go.work.
+	{"test/outsidestore", "test/outsidestore/go.work", []string{"./..."}, "example.com/outsidestore"},
 }
 
 // TestStoresUsePublicPackagesOnly: no store's `go list -deps` holds an
@@ -107,8 +109,11 @@ func TestStoresUsePublicPackagesOnly(t *testing.T) {
 	for _, s := range storePackages {
 		t.Run(s.dir, func(t *testing.T) {
 			gowork := s.gowork
-			if gowork == "" {
+			switch {
+			case gowork == "":
 				gowork = filepath.Join(root, "go.work")
+			case strings.HasSuffix(gowork, ".work"):
+				gowork = filepath.Join(root, gowork)
 			}
 			deps := listDeps(t, filepath.Join(root, s.dir), gowork, s.pkgs...)
 			contract := false
