@@ -6,6 +6,8 @@ package echopubsub
 // then every Config.RetentionInterval. Requires WithStore. With a shared
 // store (PostgreSQL) every node trims the same streams: give every node
 // the same Retention. Defaults to the zero Retention (keep everything).
+// Which rows go is the one rule of package store (Retention.Cut); the
+// goroutine is internal/durable's TrimLoop.
 func WithRetention(r Retention) Option { return func(o *options) { o.retention = r } }
 
 // StreamTruncated tells a session that rows of Stream it asked for (from

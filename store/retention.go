@@ -8,10 +8,13 @@ import (
 )
 
 // This file is the one home of retention: what to keep (Retention), what
-// a Store adds to keep it (Trimmer) and the rule that decides which rows
-// go (Retention.Cut). Every implementation applies Cut (store/postgres
-// says the same in SQL, checked against Cut by store/storetest), and
-// store/storetest checks the rules below.
+// a Store adds to keep it (Trimmer), the rule that decides which rows go
+// (Retention.Cut) and the rule that tells a reader rows below it went
+// (Truncation). Every implementation applies Cut (store/postgres says the
+// same in SQL, held to Cut by the conformance suite, store/storetest),
+// and store/storetest checks the rules below. What applies them: the
+// pubsub's trim loop (internal/durable/trimmer.go, started by
+// echopubsub.WithRetention) and each store's Trim (its trim.go).
 
 // Retention bounds what the store keeps of each durable stream. A zero
 // field is no limit; the zero Retention keeps everything (the default).
@@ -168,4 +171,17 @@ func bytesCut(maxBytes uint64, backward func(yield func(TrimRow) bool)) uint64 {
 		return true
 	})
 	return cut
+}
+
+// Truncation is the one rule that tells a read of a stream from `from`
+// began past it: rows (in cursor order) and next are what Store.Read
+// returned. A store's cursors have no hole, so a first row above from, or
+// no row and a next above from, means rows below were removed by
+// retention; firstKept is the first cursor still kept.
+func Truncation(from uint64, rows []Record, next uint64) (firstKept uint64, truncated bool) {
+	from = max(from, 1)
+	if len(rows) > 0 {
+		return rows[0].Cursor, rows[0].Cursor > from
+	}
+	return next, next > from
 }

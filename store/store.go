@@ -129,16 +129,3 @@ var (
 	// ErrBadLimit: a Read (or echopubsub.ReplayOptions) limit must be > 0.
 	ErrBadLimit = errors.New("echopubsub: replay limit must be positive")
 )
-
-// Truncation is the one rule that tells a read of a stream from `from`
-// began past it: rows (in cursor order) and next are what Store.Read
-// returned. A store's cursors have no hole, so a first row above from, or
-// no row and a next above from, means rows below were removed by
-// retention; firstKept is the first cursor still kept.
-func Truncation(from uint64, rows []Record, next uint64) (firstKept uint64, truncated bool) {
-	from = max(from, 1)
-	if len(rows) > 0 {
-		return rows[0].Cursor, rows[0].Cursor > from
-	}
-	return next, next > from
-}
