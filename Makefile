@@ -18,6 +18,10 @@ ROOT = env GOWORK=off $(GO)
 MODS = gateway store/bolt cmd/demo
 E2E = test/e2e
 PG = store/postgres
+# test/outsidestore: a store written as one outside the repository would
+# be (its own module on the public contract only, with a go.work of its
+# own), run through store/storetest. Never released.
+OUTSIDE = test/outsidestore
 # Packages whose tests run one node per process: race-checked here. Tests
 # with several nodes in one process cannot be (protoactor's remote.Start
 # races on grpclog's global logger); the chaos soak race-checks multi-node
@@ -38,7 +42,7 @@ test: deps
 	$(PHASE) "test: race-checked packages (one node per process)" $(ROOT) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
 	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
-	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
+	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, test/outsidestore" sh -c 'for m in $(MODS) $(OUTSIDE); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
 	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
 		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
@@ -46,7 +50,7 @@ test: deps
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
 lint: deps
 	@sc="$$(.ci/deps --staticcheck)" && \
-	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E); do (cd \$$m && $$sc ./...) || exit 1; done"
+	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E) $(OUTSIDE); do (cd \$$m && $$sc ./...) || exit 1; done"
 
 deps:
 	@.ci/deps >/dev/null
@@ -59,15 +63,17 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	$(ROOT) vet ./...
-	for m in $(MODS) $(PG) $(E2E); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(MODS) $(PG) $(E2E) $(OUTSIDE); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(ROOT) mod tidy -diff
 	cd $(E2E) && $(GO) mod tidy -diff
+	cd $(OUTSIDE) && $(GO) mod tidy -diff
 	$(ROOT) test -count=1 -run 'TestModulesTidy' ./internal/modgraph
 
 # tidy: go mod tidy in every module (the released ones through the same proxy).
 tidy:
 	$(ROOT) mod tidy
 	cd $(E2E) && $(GO) mod tidy
+	cd $(OUTSIDE) && $(GO) mod tidy
 	ECHOPUBSUB_TIDY_WRITE=1 $(ROOT) test -count=1 -run 'TestModulesTidy' ./internal/modgraph
 
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).

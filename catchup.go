@@ -8,6 +8,7 @@ import (
 	"github.com/echopubsub/echopubsub/internal/catchup"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/internal/session"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A WithFrom subscription (a follow) is one session's position in one
@@ -29,7 +30,7 @@ import (
 //     across producers is not cursor order).
 //
 // Gap rows become *StreamGap and rows the store no longer keeps one
-// *StreamTruncated (the rule is truncation, retention.go), in cursor
+// *StreamTruncated (the rule is store.Truncation), in cursor
 // order with the rows. The first time a follow goes live it hands the
 // session one *CaughtUp, behind the last row it read and before the first
 // live envelope; a later reading (a hole, a session out of room) goes live
@@ -269,9 +270,9 @@ func (a *sessionActor) step() {
 		return
 	}
 	defer a.pump()
-	ctx, cancel := a.ps.dur.ctx()
+	ctx, cancel := a.ps.dur.Ctx()
 	from := f.m.Next()
-	rows, next, err := a.ps.dur.store.Read(ctx, f.topic, from, catchUpPage)
+	rows, next, err := a.ps.dur.Store.Read(ctx, f.topic, from, catchUpPage)
 	cancel()
 	if err != nil {
 		ev := a.ps.rt.Log.Warn()
@@ -285,7 +286,7 @@ func (a *sessionActor) step() {
 	}
 	// next moves past each row before it is handed: a row the engine
 	// takes at once must find itself below next (see passCaught).
-	if first, cut := truncation(from, rows, next); cut {
+	if first, cut := store.Truncation(from, rows, next); cut {
 		f.m.Truncated(first)
 		if !plant.DropTruncatedNotice() {
 			a.hand(&caught{f: f, row: true, cursor: from, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,

@@ -19,6 +19,7 @@ import (
 	"github.com/echopubsub/echopubsub/actors/stream"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/durable"
 	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/supervision"
@@ -144,9 +145,9 @@ type PubSub struct {
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
-	sess       *sessions   // acknowledged sessions (session.go)
-	dur        *durability // durable streams (store.go)
-	trim       *trimmer    // WithRetention (retention.go); nil without
+	sess       *sessions         // acknowledged sessions (session.go)
+	dur        *durable.Engine   // durable streams (internal/durable)
+	trim       *durable.TrimLoop // WithRetention (internal/durable/trimmer.go); nil without
 
 	stopOnce sync.Once
 	stopErr  error
@@ -193,17 +194,17 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, err
 	}
 	ps.dur = dur
-	if dur.retention != (Retention{}) {
-		ps.trim = startTrimmer(dur.store.(Trimmer), dur.retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
+	if dur.Retention != (Retention{}) {
+		ps.trim = durable.StartTrimLoop(dur.Store.(Trimmer), dur.Retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
 	}
 	return ps, nil
 }
 
-func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durability) (*PubSub, error) {
+func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durable.Engine) (*PubSub, error) {
 	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
-	if dur.store != nil {
-		dur.node, dur.timeout, dur.log = addr, max(cfg.CallTimeout, minStoreTimeout), rt.Log
-		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
+	if dur.Store != nil {
+		dur.Node, dur.Timeout, dur.Log = addr, max(cfg.CallTimeout, durable.MinStoreTimeout), rt.Log
+		if err := dur.LoadPredecessors(cfg.PoolSize); err != nil {
 			return nil, err
 		}
 		rt.Durable = dur
@@ -215,8 +216,8 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		rt.Metrics = m
 	}
-	dur.metrics = rt.Metrics
-	if dur.local() == nil {
+	dur.Metrics = rt.Metrics
+	if dur.Local() == nil {
 		rt.Log.Info().Msg("no node-local durable store: a producer incarnation of this node that ends before it reached a node cannot tell that node what it wrote for it (docs/operations.md, \"A producer that never reached a node\")")
 	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
@@ -632,7 +633,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 	}
 	ps.stopOnce.Do(func() {
 		ps.rt.Close()
-		ps.trim.stop() // no store call after Stop: the caller may close the store then
+		ps.trim.Stop() // no store call after Stop: the caller may close the store then
 		ps.drain(ctx)
 		var errs []error
 		if err := ps.membership.Stop(ctx); err != nil {
@@ -653,7 +654,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.stop(ps.rt)
-		ps.dur.stop() // after the tree: no worker writes to the store now
+		ps.dur.Stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")
