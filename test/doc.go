@@ -25,7 +25,9 @@
 //     that needs a backend's files across processes lives in that
 //     backend's module (store/bolt/restart_process_test.go).
 //   - Tests of what others get: module graphs, go get, the README's
-//     main.go: internal/modgraph and readme_test.go.
+//     main.go: the test/modgraph module and readme_test.go.
+//   - Property tests: internal/prop's Check (rapid's API without the
+//     dependency: the root go.mod requires no module only tests use).
 //   - Browser and end-to-end tests, benchmarks against other systems: the
 //     test/e2e module (chromedp, NATS stay out of the library's go.mod).
 //   - Soak and chaos tests of real processes: test/chaos (short soaks in
