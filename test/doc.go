@@ -34,6 +34,10 @@
 //     go test, planted defects) and test/soak (the long run, make
 //     soak-long); sessions on a durable topic with store/bolt or
 //     store/postgres: test/e2e/sessionsoak (the backends stay out of the
-//     root module; it reuses test/chaos's cluster, faults, record and
-//     session checker; make soak-sessions for the long run).
+//     root module; it reuses test/chaos's cluster, faults, soak runner,
+//     record and session checker; make soak-sessions for the long run).
+//   - Child processes (child nodes of the root's tests, storetest's
+//     store nodes, the chaos and session nodes, the benchmark's nodes)
+//     speak internal/proc's JSON lines: the parent through proc.Start
+//     and Call, the child through proc.Child and proc.Commands.
 package test
