@@ -3,7 +3,7 @@ package catchup_test
 import (
 	"testing"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 
 	"github.com/echopubsub/echopubsub/internal/catchup"
 )
@@ -227,45 +227,45 @@ func (w *world) append(gap, readable bool) {
 // last row the catch-up read (when it read every row the store showed)
 // and before the first live envelope.
 func TestMergeEveryRowOnceInOrder(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		maxAhead := rapid.IntRange(1, 4).Draw(t, "maxAhead")
-		w := &world{page: rapid.IntRange(1, 4).Draw(t, "page"), gap: map[uint64]bool{}, mark: -1}
+	prop.CheckN(t, 20000, func(t *prop.T) { // cheap: 20,000 cases take well under a second
+		maxAhead := prop.IntRange(1, 4).Draw(t, "maxAhead")
+		w := &world{page: prop.IntRange(1, 4).Draw(t, "page"), gap: map[uint64]bool{}, mark: -1}
 		w.answer = func(row bool) engine {
-			a := engine(rapid.IntRange(0, 9).Draw(t, "answer"))
+			a := engine(prop.IntRange(0, 9).Draw(t, "answer"))
 			if a > refused || !row && a == noRoom {
 				return delivered
 			}
 			return a
 		}
-		for range rapid.IntRange(0, 10).Draw(t, "stored") {
-			w.append(rapid.IntRange(0, 5).Draw(t, "gapRow") == 0, true)
+		for range prop.IntRange(0, 10).Draw(t, "stored") {
+			w.append(prop.IntRange(0, 5).Draw(t, "gapRow") == 0, true)
 		}
 		// live envelopes of rows stored before the subscription may still
 		// be on their way: keep a few
-		w.pending = w.pending[len(w.pending)-min(len(w.pending), rapid.IntRange(0, 3).Draw(t, "inflight")):]
-		from := rapid.Uint64Range(1, w.written+1).Draw(t, "from")
+		w.pending = w.pending[len(w.pending)-min(len(w.pending), prop.IntRange(0, 3).Draw(t, "inflight")):]
+		from := prop.Uint64Range(1, w.written+1).Draw(t, "from")
 		w.m = catchup.New[uint64](from, maxAhead)
 
-		for range rapid.IntRange(0, 80).Draw(t, "ops") {
-			op := rapid.IntRange(0, 8).Draw(t, "op")
+		for range prop.IntRange(0, 80).Draw(t, "ops") {
+			op := prop.IntRange(0, 8).Draw(t, "op")
 			if w.suspended && op >= 2 && op != 6 {
 				continue // the mailbox waits for room: nothing reaches the actor
 			}
 			switch op {
 			case 0:
-				w.append(rapid.IntRange(0, 5).Draw(t, "gapRow") == 0, rapid.Bool().Draw(t, "readable"))
+				w.append(prop.IntRange(0, 5).Draw(t, "gapRow") == 0, prop.Bool().Draw(t, "readable"))
 			case 1:
 				w.readable = w.written
 			case 2, 3:
 				if len(w.pending) == 0 {
 					continue
 				}
-				i := rapid.IntRange(0, len(w.pending)-1).Draw(t, "which")
+				i := prop.IntRange(0, len(w.pending)-1).Draw(t, "which")
 				c := w.pending[i]
-				if !rapid.Bool().Draw(t, "again") { // else it comes again later
+				if !prop.Bool().Draw(t, "again") { // else it comes again later
 					w.pending = append(w.pending[:i], w.pending[i+1:]...)
 				}
-				if rapid.IntRange(0, 7).Draw(t, "lost") != 0 {
+				if prop.IntRange(0, 7).Draw(t, "lost") != 0 {
 					w.live(c)
 				}
 			case 4:
@@ -285,7 +285,7 @@ func TestMergeEveryRowOnceInOrder(t *testing.T) {
 	})
 }
 
-// fatalf is what testing.T and rapid.T share.
+// fatalf is what testing.T and prop.T share.
 type fatalf interface {
 	Fatalf(format string, args ...any)
 }
