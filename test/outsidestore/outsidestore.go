@@ -3,7 +3,7 @@
 // contract only (package store, with store/storekit's record check and
 // append time). It keeps its streams in memory, is node-local with gap
 // rows (store.LocalStore) and keeps a Retention (store.Trimmer), and its
-// test runs store/storetest against it. internal/modgraph checks that
+// test runs store/storetest against it. test/modgraph checks that
 // it builds with no internal package of this repository.
 package outsidestore
 
