@@ -324,6 +324,11 @@ type envelopeFrame struct {
 	// they fit.
 	PayloadError  string `json:"payload_error,omitempty"`
 	PayloadBase64 []byte `json:"payload_base64,omitempty"`
+	// Traceparent and Tracestate are the W3C trace context the message
+	// was published in (Envelope.Traceparent), when its publisher traces;
+	// absent otherwise.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 type requestInfo struct {

@@ -110,6 +110,11 @@ export class GatewayClient {
   // refused it; the subscription is then dropped). opts: from (a cursor:
   // catch up from the stream's stored rows, 0 = its start; absent = live
   // only), class ("durable" or "ephemeral"), context (object of strings).
+  // handler(msg) gets {topic, cursor, deliveryId, replayed, class, context,
+  // payloadType, payload, payloadError, payloadBase64, request, traceparent,
+  // tracestate}: traceparent and tracestate are the W3C trace context the
+  // message was published in ("" when its publisher does not trace), to
+  // continue the trace in the browser (e.g. as the parent of a span).
   // Before connect() or while reconnecting it waits for the next session.
   subscribe(topic, handler, opts = {}) {
     if (typeof handler !== "function") return Promise.reject(new TypeError("subscribe needs a handler function"));
@@ -288,6 +293,7 @@ export class GatewayClient {
       topic: f.topic, cursor: f.cursor || 0, deliveryId: f.delivery_id, replayed: !!f.replayed, class: f.class,
       context: f.context || {}, payloadType: f.payload_type, payload: f.payload, payloadError: f.payload_error,
       payloadBase64: f.payload_base64, request: f.request, sessions: this.sessions,
+      traceparent: f.traceparent || "", tracestate: f.tracestate || "",
     };
     const sub = this.subs.get(f.topic);
     if (sub) {
