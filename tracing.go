@@ -23,7 +23,7 @@ const tracerName = "github.com/echopubsub/echopubsub"
 // does without tracing. See "Tracing" in docs/operations.md.
 //
 //   - A publish (Broadcast and every variant, a session's request or reply)
-//     records a "publish <topic>" span (kind producer) from the call to
+//     records a "broadcast <topic>" span (kind producer) from the call to
 //     the message being queued. BroadcastContext continues the span in its
 //     ctx (the publish span is its child); the calls without a context
 //     start a new trace.
@@ -74,16 +74,16 @@ func (ps *PubSub) tracedWrite(wait core.Wait, from *actor.PID, topic string, msg
 		ctx = context.Background()
 	}
 	attrs := []attribute.KeyValue{core.AttrSystem, core.AttrDestination(topic),
-		attribute.String("messaging.operation.name", "publish"),
+		attribute.String("messaging.operation.name", "broadcast"),
 		attribute.String("messaging.operation.type", "send"),
 		attribute.String("echopubsub.node", ps.rt.Node)}
 	if to.onlyNode != "" {
-		attrs = append(attrs, attribute.String("echopubsub.only_node", to.onlyNode))
+		attrs = append(attrs, attribute.String("echopubsub.direct.node", to.onlyNode))
 	}
 	if to.thisNode {
 		attrs = append(attrs, attribute.Bool("echopubsub.local", true))
 	}
-	ctx, span := ps.tracer.Start(ctx, "publish "+topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	ctx, span := ps.tracer.Start(ctx, "broadcast "+topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	err := ps.writeIn(wait, from, topic, msg, to, core.TraceOf(ctx))
 	if err != nil {
 		span.RecordError(err)

@@ -176,7 +176,7 @@ func (c *Cursor) StoreCursor() uint64 { return c.stored }
 
 // Trace is the W3C trace context (traceparent, tracestate) of the entry
 // Next returned last, as the peer sent it (not checked: see
-// core.ParseTrace); nil when it was published outside a trace. The bytes
+// core.CheckTrace); nil when it was published outside a trace. The bytes
 // alias the batch.
 func (c *Cursor) Trace() (traceparent, tracestate []byte) { return c.traceparent, c.tracestate }
 

@@ -32,7 +32,7 @@ func (d *Dispatcher) deliverTraced(it *Item, t *topicSubs) {
 			attribute.String("messaging.operation.name", "deliver"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("echopubsub.node", d.node),
-			attribute.String("echopubsub.producer_node", it.Node),
+			attribute.String("echopubsub.producer", it.Node),
 			attribute.Int64("echopubsub.cursor", int64(it.Cursor)),
 			attribute.Bool("echopubsub.local", it.Local),
 			attribute.Int64("echopubsub.subscriptions", t.live.Load())))

@@ -32,7 +32,7 @@ func (t *Trace) Size() int {
 // propagator adds (baggage travels in the message, if at all).
 var traceContext propagation.TraceContext
 
-// headers is a TextMapCarrier over the two headers a Trace holds.
+// headers is a text-map carrier over the two headers a Trace holds.
 type headers struct{ parent, state string }
 
 const (

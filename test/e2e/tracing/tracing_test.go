@@ -255,7 +255,7 @@ func startNodes(t *testing.T, n int) []*node {
 // TestTraceCrossesProcesses: a message published inside an application's
 // span on node 0 (its own process) is delivered to a subscriber on node 1
 // (another process); node 1 records the delivery as a "deliver" span in the
-// publisher's trace, a child of node 0's "publish" span (itself a child of
+// publisher's trace, a child of node 0's "broadcast" span (itself a child of
 // the application's span), and the subscriber's metadata carries the
 // publish span's traceparent. That context crossed the process boundary
 // only inside the batch: the two processes share nothing else.
@@ -278,7 +278,7 @@ func TestTraceCrossesProcesses(t *testing.T) {
 		t.Fatalf("node 1 did not report the delivery and its span within 20 s: received %+v, spans %+v", seen.Received, seen.Spans)
 	}
 	pubSpans := a.report(t).Spans
-	publish := find(pubSpans, "publish "+topic)
+	publish := find(pubSpans, "broadcast "+topic)
 	if publish == nil {
 		t.Fatalf("node 0 recorded no publish span: %+v", pubSpans)
 	}
