@@ -463,6 +463,10 @@ type audience struct {
 	// onlyNode, when set, is the one node whose subscribers get it, through
 	// the buffered stream (DirectBroadcast).
 	onlyNode string
+	// parent, when not nil, is the context whose span a traced publish
+	// continues when the call has no context of its own (Reply: the
+	// request's trace). nil: the wait's context, if any.
+	parent context.Context
 }
 
 // publish encodes msg once and hands it to the sender's producer (or, for

@@ -25,8 +25,8 @@ const tracerName = "github.com/echopubsub/echopubsub"
 //   - A publish (Broadcast and every variant, a session's request or reply)
 //     records a "broadcast <topic>" span (kind producer) from the call to
 //     the message being queued. BroadcastContext continues the span in its
-//     ctx (the publish span is its child); the calls without a context
-//     start a new trace.
+//     ctx (the publish span is its child); Reply continues the request's
+//     trace; the other calls, which take no context, start a new trace.
 //   - Each node that hands the message to a subscriber (the publishing
 //     node at write time, every other node when its batch arrives) records
 //     a "deliver <topic>" span (kind consumer), a child of the publish
@@ -69,7 +69,10 @@ func (t tracingOption) tracer() trace.Tracer {
 // tracedWrite is write inside the message's publish span: the message
 // carries the span's context.
 func (ps *PubSub) tracedWrite(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience) error {
-	ctx := wait.Ctx
+	ctx := to.parent
+	if ctx == nil {
+		ctx = wait.Ctx
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -308,4 +309,61 @@ func find(spans []span, name string) *span {
 		}
 	}
 	return nil
+}
+
+// TestReplyContinuesRequestTrace: a session's reply to a request continues
+// the request's trace: the reply's broadcast span is a child of the
+// request's, and the requester's envelope of the reply names it. One node,
+// in process, tracing into the SDK's in-memory exporter.
+func TestReplyContinuesRequestTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	nd := test.StartCluster(t, 1, test.FastConfig(), echopubsub.WithTracerProvider(tp))[0]
+	envs := make(chan *echopubsub.Envelope, 16)
+	open := func() *echopubsub.Session {
+		owner := nd.System.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			if e, ok := c.Message().(*echopubsub.Envelope); ok {
+				envs <- e
+			}
+		}))
+		s, err := nd.PS.OpenSession(owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	asker, answerer := open(), open()
+	next := func(what string) *echopubsub.Envelope {
+		t.Helper()
+		select {
+		case e := <-envs:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s within 10 s", what)
+			return nil
+		}
+	}
+	if _, err := nd.PS.RequestFromSession(asker.ID(), answerer.ID(), &testpb.Stamp{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	req := next("request")
+	if err := nd.PS.Reply(asker.ID(), req, &testpb.Stamp{Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	rep := next("reply")
+	reqSC := trace.SpanContextFromContext(echopubsub.ContextWithTrace(context.Background(), req.Traceparent, ""))
+	repSC := trace.SpanContextFromContext(echopubsub.ContextWithTrace(context.Background(), rep.Traceparent, ""))
+	if !reqSC.IsValid() || !repSC.IsValid() {
+		t.Fatalf("request traceparent %q, reply traceparent %q: want both", req.Traceparent, rep.Traceparent)
+	}
+	var replySpan *tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.SpanID() == repSC.SpanID() {
+			replySpan = &s
+		}
+	}
+	if replySpan == nil || !strings.HasPrefix(replySpan.Name, "broadcast ") || replySpan.Parent.SpanID() != reqSC.SpanID() ||
+		repSC.TraceID() != reqSC.TraceID() {
+		t.Fatalf("the reply's span %+v (traceparent %s) is not a child of the request's %s", replySpan, rep.Traceparent, req.Traceparent)
+	}
 }
