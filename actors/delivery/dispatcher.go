@@ -302,9 +302,7 @@ func (d *Dispatcher) deliver(it *Item, t *topicSubs) {
 func (d *Dispatcher) DeliverLocal(w *core.Write) {
 	it := Item{Topic: w.Topic, Message: w.Msg, PayloadType: w.PayloadType, Payload: w.Payload,
 		Exclude: w.Exclude, Node: d.node, Local: true}
-	if w.Trace != nil {
-		it.Traceparent, it.Tracestate = w.Trace.Parent, w.Trace.State
-	}
+	it.Traceparent, it.Tracestate = w.Trace.Headers()
 	d.Deliver(&it)
 }
 

@@ -58,9 +58,9 @@ type extra struct {
 	// stored is the message's row in the cluster's shared store (0: none):
 	// it travels with the message (core.Write.SharedCursor).
 	stored uint64
-	// trace is the trace context it was published in (core.Write.Trace;
-	// zero: none).
-	trace core.Trace
+	// trace is the trace context it was published in (core.Write.Trace,
+	// never modified; nil: none).
+	trace *core.Trace
 }
 
 type segment struct {
@@ -91,11 +91,7 @@ func (s *store) write(e *core.Write, at int64) (uint64, error) {
 	rec.seg, rec.off = s.appendPayload(e.Payload, c)
 	if e.Exclude != "" || e.OnlyNode != "" || e.SharedCursor != 0 || e.Trace != nil {
 		rec.size |= extraBit
-		ex := extra{exclude: e.Exclude, onlyNode: e.OnlyNode, stored: e.SharedCursor}
-		if e.Trace != nil {
-			ex.trace = *e.Trace
-		}
-		s.extras[c] = ex
+		s.extras[c] = extra{exclude: e.Exclude, onlyNode: e.OnlyNode, stored: e.SharedCursor, trace: e.Trace}
 	}
 	if _, err := s.ring.WriteAt(rec, at); err != nil {
 		s.release(c, rec) // not stored: give back what it took (its bytes stay in the segment)

@@ -285,7 +285,8 @@ entries:
 				b.full = true
 				break entries
 			}
-			p.enc.AddTraced(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored, ex.trace.Parent, ex.trace.State)
+			traceparent, tracestate := ex.trace.Headers()
+			p.enc.AddTraced(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored, traceparent, tracestate)
 			b.size += sz
 			c++
 		}

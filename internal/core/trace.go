@@ -13,9 +13,18 @@ import (
 // WithTracerProvider in the root package). It travels with the message
 // (messages.EntryOption) and reaches every subscriber's metadata. A write
 // of a pubsub that does not trace has none (nil): tracing off costs the
-// hot path nothing but that nil.
+// hot path nothing but that nil. Never modified once made: the writes,
+// the buffer and the store share it.
 type Trace struct {
 	Parent, State string
+}
+
+// Headers is t's traceparent and tracestate ("", "" for nil).
+func (t *Trace) Headers() (traceparent, tracestate string) {
+	if t == nil {
+		return "", ""
+	}
+	return t.Parent, t.State
 }
 
 // Size is what the trace context adds to a message's batch bytes (0 for
