@@ -745,7 +745,7 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		if err := s.publish(f.Topic, msg); err != nil {
+		if err := s.publish(f.Topic, msg, f.traced); err != nil {
 			return libErr(err)
 		}
 		return s.result(f, nil)

@@ -2,12 +2,14 @@ package gateway_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/gateway"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -45,5 +47,43 @@ func TestGatewayEnvelopeTraceparent(t *testing.T) {
 	}
 	if _, ok := e["traceparent"]; ok {
 		t.Fatalf("envelope of a publish outside a trace has a traceparent: %v", e)
+	}
+}
+
+// A publish frame may carry the client's W3C trace context: the broadcast
+// continues it (with the no-op provider the message carries exactly that
+// context, which the envelope shows). A malformed one, a tracestate alone
+// and a trace context on another op are refused, naming what was wrong.
+func TestGatewayPublishTraceparent(t *testing.T) {
+	nd := test.StartCluster(t, 1, gatewayConfig(t), echopubsub.WithTracerProvider(noop.NewTracerProvider()))[0]
+	cfg := smallGatewayConfig()
+	cfg.Publish = true
+	_, url := serveGateway(t, nd, nil, cfg)
+	c := dialGateway(t, url)
+	c.ok(map[string]interface{}{"op": "subscribe", "topic": "room"})
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	pub := func(extra map[string]interface{}) map[string]interface{} {
+		f := map[string]interface{}{"op": "publish", "topic": "room", "type": "echopubsub.test.v1.Stamp", "payload": map[string]string{"seq": "1"}}
+		for k, v := range extra {
+			f[k] = v
+		}
+		return f
+	}
+	for _, bad := range []struct {
+		frame map[string]interface{}
+		says  string
+	}{
+		{pub(map[string]interface{}{"traceparent": "00-xyz"}), `got "00-xyz"`},
+		{pub(map[string]interface{}{"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}), "W3C traceparent"},
+		{pub(map[string]interface{}{"tracestate": "vendor=abc"}), "tracestate needs a traceparent"},
+		{map[string]interface{}{"op": "subscribe", "topic": "other", "traceparent": tp}, "op subscribe takes no traceparent"},
+	} {
+		if f := c.refused(bad.frame, gateway.CodeInvalidArgument); !strings.Contains(f.str("message"), bad.says) {
+			t.Errorf("refusal of %v: %v, want it to say %q", bad.frame, f, bad.says)
+		}
+	}
+	c.ok(pub(map[string]interface{}{"traceparent": tp, "tracestate": "vendor=abc"}))
+	if e := c.envelope(); e.str("traceparent") != tp || e.str("tracestate") != "vendor=abc" {
+		t.Fatalf("envelope of a publish in the client's trace: %v, want traceparent %s", e, tp)
 	}
 }

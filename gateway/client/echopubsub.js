@@ -160,9 +160,14 @@ export class GatewayClient {
   }
 
   // publish broadcasts payload (the message of protobuf type, in protojson)
-  // on topic; the gateway must enable it (Config.Publish).
-  publish(topic, type, payload) {
-    return this.command({ op: "publish", topic, type, payload });
+  // on topic; the gateway must enable it (Config.Publish). opts: traceparent
+  // and tracestate, the page's W3C trace context, which the broadcast
+  // continues when the pubsub traces.
+  publish(topic, type, payload, opts = {}) {
+    const frame = { op: "publish", topic, type, payload };
+    if (opts.traceparent) frame.traceparent = opts.traceparent;
+    if (opts.tracestate) frame.tracestate = opts.tracestate;
+    return this.command(frame);
   }
 
   // command sends one command frame of the protocol and resolves with its

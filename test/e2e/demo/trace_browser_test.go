@@ -31,6 +31,8 @@ import { GatewayClient } from "/echopubsub.js";
 const got = [];
 window.traced = () => JSON.stringify({ subscribed: window.subscribed === true, got });
 const client = new GatewayClient("ws://" + location.host + "/ws", { onNotice: () => {}, onError: (e) => got.push({ error: String(e) }) });
+window.publishTraced = (traceparent) => client.publish("room", "echopubsub.test.v1.Stamp", { seq: "3" }, { traceparent })
+  .then(() => true, (e) => { got.push({ error: String(e) }); return false; });
 client.subscribe("room", async (msg) => { got.push({ seq: msg.payload.seq, traceparent: msg.traceparent, tracestate: msg.tracestate }); })
   .then(() => { window.subscribed = true; });
 client.connect();
@@ -40,13 +42,16 @@ client.connect();
 // hands its handler the W3C trace context a message was published in
 // (msg.traceparent: the publishing node's broadcast span, as the SDK's
 // in-memory exporter recorded it): the span under the application's span
-// for BroadcastContext, the root of a new trace for Broadcast.
+// for BroadcastContext, the root of a new trace for Broadcast; and a
+// client.publish with the page's traceparent continues the page's trace.
 func TestJSClientTraceparent(t *testing.T) {
 	chromium := findChromium(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	nd := test.StartCluster(t, 1, test.FastConfig(), echopubsub.WithTracerProvider(tp))[0]
-	gw, err := gateway.New(nd.PS, gateway.AnyIdentity, gateway.DefaultConfig())
+	gcfg := gateway.DefaultConfig()
+	gcfg.Publish = true
+	gw, err := gateway.New(nd.PS, gateway.AnyIdentity, gcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +113,29 @@ func TestJSClientTraceparent(t *testing.T) {
 	wantGot := fmt.Sprintf(`"got":[{"seq":"1","traceparent":%q,"tracestate":""},{"seq":"2","traceparent":%q,"tracestate":""}]`, want1, want2)
 	if !proc.Until(20*time.Second, 50*time.Millisecond, func() bool { last = read(); return strings.Contains(last, wantGot) }) {
 		t.Fatalf("the page's handler got %s, want %s", last, wantGot)
+	}
+
+	// The page publishes in its own trace (client.publish's traceparent):
+	// the node's broadcast span continues it, and the handler sees that span.
+	const pageTrace, pageSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	pctx, cancel := context.WithTimeout(tab.ctx, 10*time.Second)
+	defer cancel()
+	ok, err := chromedp.Run(pctx, chromedp.Evaluate[bool](`window.publishTraced("00-`+pageTrace+`-`+pageSpan+`-01")`, chromedp.EvalAwaitPromise))
+	if err != nil || !ok {
+		t.Fatalf("the page's traced publish: %v %v (%s)", ok, err, read())
+	}
+	var want3 string
+	for _, s := range exp.GetSpans() {
+		if s.Name == "broadcast room" && s.Parent.SpanID().String() == pageSpan && s.SpanContext.TraceID().String() == pageTrace {
+			want3 = fmt.Sprintf("00-%s-%s-01", pageTrace, s.SpanContext.SpanID())
+		}
+	}
+	if want3 == "" {
+		t.Fatalf("no broadcast span continues the page's trace: %v", exp.GetSpans())
+	}
+	want3Got := fmt.Sprintf(`{"seq":"3","traceparent":%q,"tracestate":""}]`, want3)
+	if !proc.Until(20*time.Second, 50*time.Millisecond, func() bool { last = read(); return strings.Contains(last, want3Got) }) {
+		t.Fatalf("the page's handler got %s, want it to end with %s", last, want3Got)
 	}
 	t.Logf("the page's handler got %s", last)
 }
