@@ -63,7 +63,7 @@ func (ps *PubSub) RequestFromSession(fromSessionID, toSessionID string, event pr
 		return 0, fmt.Errorf("%w: from session", err)
 	}
 	id := ps.sess.requests.Add(1)
-	err := ps.sendToSession(nil, toSessionID, &messages.SessionMessage{FromSession: fromSessionID, RequestId: id,
+	err := ps.sendToSession(context.Background(), toSessionID, &messages.SessionMessage{FromSession: fromSessionID, RequestId: id,
 		Kind: messages.SessionMessageKind_SESSION_MESSAGE_KIND_REQUEST}, event)
 	if err != nil {
 		return 0, err
@@ -86,7 +86,7 @@ func (ps *PubSub) Reply(toSessionID string, request *Envelope, response proto.Me
 	if _, _, err := ps.session(request.SessionID); err != nil {
 		return fmt.Errorf("%w: replying session", err)
 	}
-	var parent context.Context // the request's trace, continued by a traced reply
+	parent := context.Background() // a traced reply continues the request's trace
 	if ps.tracer != nil && request.Traceparent != "" {
 		parent = ContextWithTrace(context.Background(), request.Traceparent, request.Tracestate)
 	}
@@ -94,8 +94,8 @@ func (ps *PubSub) Reply(toSessionID string, request *Envelope, response proto.Me
 		Kind: messages.SessionMessageKind_SESSION_MESSAGE_KIND_REPLY}, response)
 }
 
-// sendToSession writes sm to session to's inbox; parent, when not nil, is
-// the context whose span a traced write continues.
+// sendToSession writes sm to session to's inbox; parent is the context
+// whose span a traced write continues (Background: a new trace).
 func (ps *PubSub) sendToSession(parent context.Context, to string, sm *messages.SessionMessage, msg proto.Message) error {
 	if ps.stopped() {
 		return ErrStopped
