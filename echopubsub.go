@@ -13,6 +13,7 @@ import (
 	zlog "github.com/rs/zerolog/log"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/actors/delivery"
@@ -79,6 +80,7 @@ type options struct {
 	log           *zerolog.Logger
 	hook          faults.Hook
 	meterProvider metric.MeterProvider
+	tracing       tracingOption // WithTracerProvider (tracing.go)
 	// durable streams (store.go)
 	store     Store
 	durable   []string
@@ -148,6 +150,9 @@ type PubSub struct {
 	sess       *sessions         // acknowledged sessions (session.go)
 	dur        *durable.Engine   // durable streams (internal/durable)
 	trim       *durable.TrimLoop // WithRetention (internal/durable/trimmer.go); nil without
+	// tracer records publish spans (WithTracerProvider, tracing.go); nil:
+	// tracing is off.
+	tracer trace.Tracer
 
 	stopOnce sync.Once
 	stopErr  error
@@ -174,6 +179,9 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 			return nil, fmt.Errorf("echopubsub: Start option %d is nil", i)
 		}
 		opt(&o)
+	}
+	if err := o.tracing.check(); err != nil {
+		return nil, err
 	}
 	log := zlog.Logger
 	if o.log != nil {
@@ -222,6 +230,8 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
 	d.SetMetrics(rt.Metrics)
+	tracer := o.tracing.tracer()
+	d.SetTracer(tracer)
 	// From here the edge guard (RemoteConfig) checks requests to this
 	// pubsub's tree (members only): before the tree exists, as a request to
 	// a pubsub the guard does not know passes unchecked to protoactor.
@@ -235,7 +245,7 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
-	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID()}
+	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID(), tracer: tracer}
 	if err := ps.waitReady(); err != nil {
 		rt.Close()
 		_ = system.Root.StopFuture(root).Wait()
@@ -454,6 +464,10 @@ type audience struct {
 	// onlyNode, when set, is the one node whose subscribers get it, through
 	// the buffered stream (DirectBroadcast).
 	onlyNode string
+	// parent, when not nil, is the context whose span a traced publish
+	// continues when the call has no context of its own (Reply: the
+	// request's trace). nil: the wait's context, if any.
+	parent context.Context
 }
 
 // publish encodes msg once and hands it to the sender's producer (or, for
@@ -469,6 +483,15 @@ func (ps *PubSub) publish(wait core.Wait, from *actor.PID, topic string, msg pro
 // write is publish without the reserved-topic check: the request/reply path
 // (sendToSession) writes to session inboxes through it, nothing else.
 func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience) error {
+	if ps.tracer != nil {
+		return ps.tracedWrite(wait, from, topic, msg, to)
+	}
+	return ps.writeIn(wait, from, topic, msg, to, nil)
+}
+
+// writeIn is write with the trace context the message is published in
+// (nil: none).
+func (ps *PubSub) writeIn(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience, tr *core.Trace) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}
@@ -481,7 +504,7 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if err != nil {
 		return fmt.Errorf("%w (topic %q)", err, topic)
 	}
-	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, to.onlyNode, msg
+	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg, w.Trace = topic, typeName, payload, to.onlyNode, msg, tr
 	if to.exceptFrom {
 		w.Exclude = delivery.Key(from)
 	}

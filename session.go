@@ -112,6 +112,11 @@ type Envelope struct {
 	// a request or a reply).
 	Replayed bool
 	Cursor   uint64
+	// Traceparent and Tracestate are the W3C trace context the message was
+	// published in, when its publisher traces (WithTracerProvider); "" for
+	// one published outside a trace and for a replayed one (the store keeps
+	// no trace context). Continue the trace with ContextWithTrace.
+	Traceparent, Tracestate string
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests

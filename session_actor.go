@@ -210,7 +210,7 @@ func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow,
 		}
 		a.seen[k] = position{d.Incarnation, d.Cursor}
 	}
-	env = &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
+	env = &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic, Traceparent: d.Traceparent, Tracestate: d.Tracestate}
 	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
 		if !a.fromInbox(env, sm, d.Node) {
 			return nil, nil, 0

@@ -510,6 +510,7 @@ func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 		f.Class = "ephemeral"
 	}
 	f.Replayed, f.Cursor = env.Replayed, env.Cursor
+	f.Traceparent, f.Tracestate = env.Traceparent, env.Tracestate
 	if rc, ok := echopubsub.RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
@@ -744,7 +745,7 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		if err := s.publish(f.Topic, msg); err != nil {
+		if err := s.publish(f.Topic, msg, f.traced); err != nil {
 			return libErr(err)
 		}
 		return s.result(f, nil)

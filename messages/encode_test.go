@@ -31,6 +31,7 @@ func TestBatchEncoderMatchesMarshal(t *testing.T) {
 		var fresh messages.BatchEncoder
 		reused.Reset()
 		n := prop.IntRange(0, 200).Draw(t, "entries")
+		var traces [][2]string
 		for i := 0; i < n; i++ {
 			topic, typ := str.Draw(t, "topic"), str.Draw(t, "type")
 			// The length drawn on its own: a slice's is mostly small, and
@@ -39,9 +40,17 @@ func TestBatchEncoderMatchesMarshal(t *testing.T) {
 			payload := prop.SliceOfN(prop.Byte(), size, size).Draw(t, "payload")
 			exclude, only := str.Draw(t, "exclude"), str.Draw(t, "only")
 			stored := prop.SampledFrom([]uint64{0, 1, 1 << 40}).Draw(t, "stored")
+			// A trace context on some entries (Batch.SetTrace; AddTraced).
+			tp := prop.SampledFrom([]string{"", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}).Draw(t, "traceparent")
+			ts := prop.SampledFrom([]string{"", "congo=t61rcWkgMzE"}).Draw(t, "tracestate")
 			want.Add(topic, typ, payload, exclude, only, stored)
-			fresh.Add(topic, typ, payload, exclude, only, stored)
-			reused.Add(topic, typ, payload, exclude, only, stored)
+			want.SetTrace(tp, ts)
+			fresh.AddTraced(topic, typ, payload, exclude, only, stored, tp, ts)
+			reused.AddTraced(topic, typ, payload, exclude, only, stored, tp, ts)
+			if tp == "" {
+				ts = ""
+			}
+			traces = append(traces, [2]string{tp, ts})
 		}
 		wire, err := proto.Marshal(want)
 		if err != nil {
@@ -60,6 +69,21 @@ func TestBatchEncoderMatchesMarshal(t *testing.T) {
 		sent, err := proto.Marshal(messages.Encoded(got))
 		if err != nil || !bytes.Equal(sent, wire) {
 			t.Fatalf("Encoded marshals to %x (%v), want %x", sent, err, wire)
+		}
+		var dec messages.Batch
+		if err := proto.Unmarshal(wire, &dec); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		// (Not Validate: a drawn first cursor may overflow; the columns are
+		// the encoder's own.)
+		c := dec.Entries()
+		for i := 0; ; i++ {
+			if _, _, _, _, _, ok := c.Next(); !ok {
+				break
+			}
+			if tp, ts := c.Trace(); string(tp) != traces[i][0] || string(ts) != traces[i][1] {
+				t.Fatalf("entry %d: trace (%q, %q), want %q", i, tp, ts, traces[i])
+			}
 		}
 	})
 }

@@ -110,6 +110,11 @@ export class GatewayClient {
   // refused it; the subscription is then dropped). opts: from (a cursor:
   // catch up from the stream's stored rows, 0 = its start; absent = live
   // only), class ("durable" or "ephemeral"), context (object of strings).
+  // handler(msg) gets {topic, cursor, deliveryId, replayed, class, context,
+  // payloadType, payload, payloadError, payloadBase64, request, traceparent,
+  // tracestate}: traceparent and tracestate are the W3C trace context the
+  // message was published in ("" when its publisher does not trace), to
+  // continue the trace in the browser (e.g. as the parent of a span).
   // Before connect() or while reconnecting it waits for the next session.
   subscribe(topic, handler, opts = {}) {
     if (typeof handler !== "function") return Promise.reject(new TypeError("subscribe needs a handler function"));
@@ -155,9 +160,14 @@ export class GatewayClient {
   }
 
   // publish broadcasts payload (the message of protobuf type, in protojson)
-  // on topic; the gateway must enable it (Config.Publish).
-  publish(topic, type, payload) {
-    return this.command({ op: "publish", topic, type, payload });
+  // on topic; the gateway must enable it (Config.Publish). opts: traceparent
+  // and tracestate, the page's W3C trace context, which the broadcast
+  // continues when the pubsub traces.
+  publish(topic, type, payload, opts = {}) {
+    const frame = { op: "publish", topic, type, payload };
+    if (opts.traceparent) frame.traceparent = opts.traceparent;
+    if (opts.tracestate) frame.tracestate = opts.tracestate;
+    return this.command(frame);
   }
 
   // command sends one command frame of the protocol and resolves with its
@@ -288,6 +298,7 @@ export class GatewayClient {
       topic: f.topic, cursor: f.cursor || 0, deliveryId: f.delivery_id, replayed: !!f.replayed, class: f.class,
       context: f.context || {}, payloadType: f.payload_type, payload: f.payload, payloadError: f.payload_error,
       payloadBase64: f.payload_base64, request: f.request, sessions: this.sessions,
+      traceparent: f.traceparent || "", tracestate: f.tracestate || "",
     };
     const sub = this.subs.get(f.topic);
     if (sub) {

@@ -4,9 +4,11 @@ go 1.26.0
 
 replace github.com/echopubsub/echopubsub => ../..
 
-// The store backends (separate modules) for the session soak, from this
-// checkout like the library.
+// The store backends (separate modules) for the session soak and the
+// gateway (its JavaScript client in a browser), from this checkout like
+// the library.
 replace (
+	github.com/echopubsub/echopubsub/gateway => ../../gateway
 	github.com/echopubsub/echopubsub/store/bolt => ../../store/bolt
 	github.com/echopubsub/echopubsub/store/postgres => ../../store/postgres
 )
@@ -15,6 +17,7 @@ require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/chromedp/chromedp v0.23.1
 	github.com/echopubsub/echopubsub v0.1.0
+	github.com/echopubsub/echopubsub/gateway v0.0.0-00010101000000-000000000000
 	github.com/echopubsub/echopubsub/store/bolt v0.1.0
 	github.com/echopubsub/echopubsub/store/postgres v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats-server/v2 v2.15.3
@@ -22,7 +25,9 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/rs/zerolog v1.35.1
 	go.opentelemetry.io/otel/exporters/prometheus v0.44.0
+	go.opentelemetry.io/otel/sdk v1.21.0
 	go.opentelemetry.io/otel/sdk/metric v1.21.0
+	go.opentelemetry.io/otel/trace v1.21.0
 	go.yaml.in/yaml/v2 v2.4.2
 	google.golang.org/protobuf v1.36.12
 )
@@ -35,6 +40,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/coder/websocket v1.8.15 // indirect
 	github.com/emirpasic/gods v1.18.1 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
@@ -78,8 +84,6 @@ require (
 	go.etcd.io/bbolt v1.5.0 // indirect
 	go.opentelemetry.io/otel v1.21.0 // indirect
 	go.opentelemetry.io/otel/metric v1.21.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.21.0 // indirect
-	go.opentelemetry.io/otel/trace v1.21.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260218203240-3dfff04db8fa // indirect
