@@ -5,7 +5,8 @@ GO ?= go
 # which require released versions of it and one another with no replace
 # (go get sees what a user gets; this checkout's go.work takes each from
 # here): gateway (the WebSocket gateway: coder/websocket), store/bolt (the
-# embedded store: bbolt), store/postgres (pgx), cmd/demo. And test/e2e:
+# embedded store: bbolt), store/postgres (pgx), cmd/demo, cmd/echopubsub (the server and its
+# inspecting commands: cobra). And test/e2e:
 # the benchmark harness and the demo's browser tests with their
 # dependencies (NATS, chromedp), never released. `./...` does not enter a
 # nested module: every target that means "all of it" runs each.
@@ -15,7 +16,7 @@ GO ?= go
 # workspace would raise shared dependencies to the other modules'
 # versions).
 ROOT = env GOWORK=off $(GO)
-MODS = gateway store/bolt cmd/demo
+MODS = gateway store/bolt cmd/demo cmd/echopubsub
 E2E = test/e2e
 PG = store/postgres
 # Packages whose tests run one node per process: race-checked here. Tests
@@ -38,7 +39,7 @@ test: deps
 	$(PHASE) "test: race-checked packages (one node per process)" $(ROOT) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
 	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
-	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
+	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, cmd/echopubsub" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
 	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
 		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// TestSettingsDocumented: docs/server.md lists every setting with its key,
+// flag and environment variable (the deploy manifests are written from it).
+func TestSettingsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "server.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		row := "| `" + s.key + "` | `--" + flagName(s.key) + "` | `" + envName(s.key) + "` |"
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/server.md has no row starting %s", row)
+		}
+	}
+}
+
+// resolveWith resolves flags args, environment env and file (name, body).
+func resolveWith(t *testing.T, args []string, env map[string]string, name, body string) (values, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	addFlags(fs)
+	if name != "" {
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", path)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return resolve(fs, func(k string) string { return env[k] })
+}
+
+// TestSettingsPrecedence: flag over environment over file over default.
+func TestSettingsPrecedence(t *testing.T) {
+	file := "name: fromfile\nlog:\n  level: debug\nmembership:\n  peers: [a:1, b:2]\nretention:\n  max_rows: 7\n"
+	v, err := resolveWith(t, []string{"--log-level", "warn"}, map[string]string{"ECHOPUBSUB_NAME": "fromenv", "ECHOPUBSUB_LOG_LEVEL": "error"}, "c.yaml", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"name": "fromenv", "log.level": "warn", "membership.peers": "a:1,b:2",
+		"retention.max_rows": "7", "store.kind": "seglog"} {
+		if v[key] != want {
+			t.Errorf("%s = %q, want %q", key, v[key], want)
+		}
+	}
+	v, err = resolveWith(t, []string{"--membership-peers", "x:1,y:2"}, nil, "c.json", `{"admin": {"publish": true}, "pubsub": {"buffer_size": 64}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v["membership.peers"] != "x:1,y:2" || v["admin.publish"] != "true" || v["pubsub.buffer_size"] != "64" {
+		t.Errorf("got peers %q publish %q buffer %q", v["membership.peers"], v["admin.publish"], v["pubsub.buffer_size"])
+	}
+}
+
+// TestSettingsErrorsNameKeyAndValue: each bad input, from each source, is
+// refused with an error naming the key and the value.
+func TestSettingsErrorsNameKeyAndValue(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		file, body string
+		want       []string
+	}{
+		{name: "unknown yaml key", file: "c.yaml", body: "membership:\n  peer: [a:1]\n", want: []string{`"membership.peer"`, `["a:1"]`}},
+		{name: "unknown json section", file: "c.json", body: `{"nodes": {"listen": ":1"}}`, want: []string{`"nodes"`}},
+		{name: "unknown top key", file: "c.yaml", body: "colour: blue\n", want: []string{`"colour"`, `"blue"`}},
+		{name: "wrong type in file", file: "c.yaml", body: "retention:\n  max_rows: lots\n", want: []string{"retention.max_rows", `"lots"`}},
+		{name: "list in file given a string", file: "c.json", body: `{"durable_topics": "room:*"}`, want: []string{"durable_topics", `"room:*"`}},
+		{name: "bad duration in env", env: map[string]string{"ECHOPUBSUB_SHUTDOWN_TIMEOUT": "soon"}, want: []string{"shutdown.timeout", `"soon"`}},
+		{name: "negative int flag", args: []string{"--retention-max-bytes", "-5"}, want: []string{"retention.max_bytes", `"-5"`}},
+		{name: "bad bool env", env: map[string]string{"ECHOPUBSUB_ADMIN_PUBLISH": "maybe"}, want: []string{"admin.publish", `"maybe"`}},
+		{name: "extension", file: "c.toml", body: "x = 1", want: []string{`c.toml`, "extension"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := resolveWith(t, tc.args, tc.env, tc.file, tc.body)
+			if err == nil {
+				t.Fatalf("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
+	}
+}
