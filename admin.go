@@ -453,14 +453,10 @@ func (a *admin) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	want := from // the next cursor owed
 	for {
-		if len(recs) > 0 && recs[0].Cursor > want || len(recs) == 0 && next > want {
-			first := next
-			if len(recs) > 0 {
-				first = recs[0].Cursor
-			}
+		if first, truncated := truncation(want, recs, next); truncated {
 			// Rows below were removed (retention): never a silent gap.
-			if out.write(AdminLine{Kind: "notice", Type: "echopubsub.StreamTruncated", Stream: stream,
-				Notice: json.RawMessage(fmt.Sprintf(`{"from":%d,"first_kept":%d}`, want, first))}) != nil {
+			b, _ := json.Marshal(StreamTruncated{Stream: stream, From: want, FirstKept: first})
+			if out.write(AdminLine{Kind: "notice", Type: "echopubsub.StreamTruncated", Stream: stream, Notice: b}) != nil {
 				return
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,11 +53,19 @@ file (--config, YAML or JSON); docs/server.md lists them.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return serve(ctx, v, os.Stderr)
+			return serve(ctx, v, os.Stderr, os.Stdout)
 		},
 	}
 	addFlags(cmd.Flags())
 	return cmd
+}
+
+// readyLine is what serve writes on stdout once it serves.
+type readyLine struct {
+	Ev    string `json:"ev"` // "ready"
+	Node  string `json:"node"`
+	HTTP  string `json:"http"`
+	Admin string `json:"admin,omitempty"`
 }
 
 // server is one running node.
@@ -69,21 +78,29 @@ type server struct {
 	gw      *gateway.Gateway
 	meters  *sdkmetric.MeterProvider
 	servers []*http.Server
-	errs    chan error // a listener that failed
+	errs    chan error        // a listener that failed
+	addrs   map[string]string // setting key -> the address bound
 }
 
 // serve runs a node until ctx ends, then stops it within shutdown.timeout.
-func serve(ctx context.Context, v values, logOut io.Writer) error {
+func serve(ctx context.Context, v values, logOut, readyOut io.Writer) error {
 	log, err := newLogger(v, logOut)
 	if err != nil {
 		return err
 	}
-	s := &server{log: log, errs: make(chan error, 2)}
+	s := &server{log: log, errs: make(chan error, 2), addrs: map[string]string{}}
 	if err := s.start(v); err != nil {
 		_ = s.stop(context.Background())
 		return err
 	}
-	log.Info().Str("http", v["http.listen"]).Str("admin", v["admin.listen"]).Str("node", s.ps.NodeName()).Msg("serving")
+	log.Info().Str("http", s.addrs["http.listen"]).Str("admin", s.addrs["admin.listen"]).Str("node", s.ps.NodeName()).Msg("serving")
+	// One JSON line on stdout says it serves, with the addresses bound (a
+	// port 0 is resolved): for scripts and supervisors (internal/proc's
+	// "ready" line).
+	if err := json.NewEncoder(readyOut).Encode(readyLine{Ev: "ready", Node: s.ps.NodeName(),
+		HTTP: s.addrs["http.listen"], Admin: s.addrs["admin.listen"]}); err != nil {
+		log.Warn().Err(err).Msg("ready line not written")
+	}
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -266,6 +283,7 @@ func (s *server) listen(key, addr string, h http.Handler, tc *tls.Config) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", key, err)
 	}
+	s.addrs[key] = ln.Addr().String()
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tc}
 	s.servers = append(s.servers, srv)
 	go func() {
