@@ -39,9 +39,9 @@ func WithAdminToken(token string) AdminOption {
 }
 
 // WithAdminClientCerts makes AdminHandler accept requests over TLS whose
-// client certificate the server verified (mTLS: the http.Server's
-// tls.Config sets ClientCAs and a ClientAuth that verifies). Defaults to
-// off.
+// client certificate the server verified (mTLS: the http.Server's TLS
+// configuration trusts a client CA and verifies the certificates clients
+// present). Defaults to off.
 func WithAdminClientCerts() AdminOption {
 	return func(o *adminOptions) { o.mtls = true }
 }

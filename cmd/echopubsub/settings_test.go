@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 // TestSettingsDocumented: docs/server.md lists every setting with its key,
@@ -97,3 +103,56 @@ func TestSettingsErrorsNameKeyAndValue(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRefusesBadConfig: `echopubsub serve` with a bad setting exits
+// non-zero before serving, and its error names the key and the value.
+func TestServeRefusesBadConfig(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "node.yaml")
+	if err := os.WriteFile(file, []byte("membership:\n  kind: static\n  peer: [127.0.0.1:1]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := proc.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(ports[0])
+	base := []string{"serve", "--node-listen", listen, "--http-listen", "127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--admin-listen", "127.0.0.1:" + strconv.Itoa(ports[2]), "--store-path", filepath.Join(dir, "store")}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"unknown file key", []string{"--config", file}, nil, []string{`unknown key "membership.peer"`, `["127.0.0.1:1"]`}},
+		{"membership kind", []string{"--membership-kind", "etcd"}, nil, []string{`membership.kind: "etcd"`}},
+		{"peers without this node", []string{"--membership-peers", "127.0.0.1:1,127.0.0.1:2"}, nil,
+			[]string{"membership.peers", `"127.0.0.1:1,127.0.0.1:2"`, listen}},
+		{"store kind", []string{"--store-kind", "sqlite", "--durable-topics", "room:*"}, nil, []string{`store.kind: "sqlite"`}},
+		{"advertise needed", []string{"--node-listen", "0.0.0.0:" + strconv.Itoa(ports[0])}, nil, []string{"node.advertise", `"0.0.0.0:`}},
+		{"env duration", nil, []string{"ECHOPUBSUB_MEMBERSHIP_DNS_INTERVAL=often"}, []string{"membership.dns.interval", `"often"`}},
+		{"log level", []string{"--log-level", "loud"}, nil, []string{"log.level", `"loud"`}},
+		{"admin without credentials", nil, []string{"ECHOPUBSUB_ADMIN_TOKEN="}, []string{"admin.listen", quotedAddr(ports[2]), "admin.token"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, append(append([]string{}, base...), tc.args...)...)
+			cmd.Env = append(append(os.Environ(), "ECHOPUBSUB_ADMIN_TOKEN=x"), tc.env...)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("serve started:\n%s", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("serve's error does not name %s:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// quotedAddr is a loopback address as an error quotes it.
+func quotedAddr(p int) string { return `"127.0.0.1:` + strconv.Itoa(p) + `"` }
