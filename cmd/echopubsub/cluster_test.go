@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -163,10 +164,19 @@ func TestServeCluster(t *testing.T) {
 
 // TestAdminAuth: the admin endpoint refuses a request without the token or
 // with a wrong one, and refuses publish where it is not enabled; the
-// commands say so.
+// commands say so. The node keeps its streams in bolt (store.kind).
 func TestAdminAuth(t *testing.T) {
-	nodes := startCluster(t, 1, bufferSize)
+	ports, err := proc.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, ports, []string{"127.0.0.1:" + strconv.Itoa(ports[0])}, bufferSize, "http",
+		func(int) []string { return []string{"--store-kind", "bolt"} }, nil)
 	nd := nodes[0]
+	var st echopubsub.AdminStreams
+	if err := json.Unmarshal([]byte(mustRun(t, nd, "streams", "--json")), &st); err != nil || st.Store != "*bolt.Store" || len(st.Streams) != 0 {
+		t.Errorf("streams --json of a bolt node: %+v %v", st, err)
+	}
 	for name, header := range map[string]string{"missing": "", "wrong": "Bearer not-" + adminToken} {
 		req, _ := http.NewRequest(http.MethodGet, nd.adminURL+"/peers", nil)
 		if header != "" {
