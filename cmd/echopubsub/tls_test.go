@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/internal/devca"
 	"github.com/echopubsub/echopubsub/internal/proc"
+	"github.com/echopubsub/echopubsub/test"
 )
 
 // TestServeTLS: two nodes with mutual TLS between them (tls.*), TLS on the
@@ -48,7 +50,28 @@ func TestServeTLS(t *testing.T) {
 			"--admin-tls-cert", cert, "--admin-tls-key", key, "--admin-client-ca", file("ca.pem")}
 	}
 	client := []string{"--ca", file("ca.pem"), "--cert", file("operator.pem"), "--key", file("operator-key.pem")}
-	nodes := startNodes(t, ports, peers, 64, "https", extra, client)
+	var nodes []*node
+	// After the nodes stopped (cleanups run last first): a healthy start
+	// and a normal stop log no warning or error, and every line is one
+	// JSON object without a duplicate key.
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			b, err := os.ReadFile(nd.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				if err := test.CheckLogLine([]byte(l)); err != nil {
+					t.Errorf("%s: %v: %s", nd.p.Name(), err, l)
+				}
+				var e struct{ Level string }
+				if json.Unmarshal([]byte(l), &e) == nil && (e.Level == "warn" || e.Level == "error") {
+					t.Errorf("%s logged at %s on a healthy start or stop: %s", nd.p.Name(), e.Level, l)
+				}
+			}
+		}
+	})
+	nodes = startNodes(t, ports, peers, 64, "https", extra, client)
 
 	// The commands with a client certificate and no token.
 	var h echopubsub.Health
