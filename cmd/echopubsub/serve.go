@@ -407,6 +407,9 @@ func retention(v values) echopubsub.Retention {
 
 // newMembership builds the membership membership.kind names.
 func newMembership(v values, advertise string) (cluster.Membership, error) {
+	if k := v["membership.kind"]; k != "static" && v["membership.peers"] != "" {
+		return nil, fmt.Errorf("membership.peers: %q is for membership.kind static, not %q", v["membership.peers"], k)
+	}
 	switch k := v["membership.kind"]; k {
 	case "static":
 		peers := list(v["membership.peers"])
@@ -432,7 +435,12 @@ func newMembership(v values, advertise string) (cluster.Membership, error) {
 			cfg.Address = a
 		}
 		cfg.TTL = durOf(v, "membership.consul.ttl")
-		return consul.New(cfg)
+		m, err := consul.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("membership.consul.address %q, membership.consul.ttl %q: %w",
+				v["membership.consul.address"], v["membership.consul.ttl"], err)
+		}
+		return m, nil
 	case "dns":
 		cfg := dns.DefaultConfig()
 		cfg.Name = v["membership.dns.name"]
@@ -442,7 +450,13 @@ func newMembership(v values, advertise string) (cluster.Membership, error) {
 			_, cfg.Port, _ = splitHostPort("node.advertise", advertise)
 		}
 		cfg.Interval = durOf(v, "membership.dns.interval")
-		return dns.New(cfg)
+		cfg.Timeout = min(cfg.Timeout, cfg.Interval) // a lookup never outlasts the interval
+		m, err := dns.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("membership.dns.name %q, membership.dns.srv %q, membership.dns.port %q, membership.dns.interval %q: %w",
+				v["membership.dns.name"], v["membership.dns.srv"], v["membership.dns.port"], v["membership.dns.interval"], err)
+		}
+		return m, nil
 	default:
 		return nil, fmt.Errorf("membership.kind: %q is not static, consul or dns", k)
 	}

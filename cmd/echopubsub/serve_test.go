@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,13 +107,17 @@ func startNodes(t *testing.T, ports []int, peers []string, bufferSize int, schem
 		nd.adminURL = scheme + "://" + nd.admin
 		nd.clientArgs = clientArgs
 		args := []string{bin, "serve", "--node-listen", nd.addr, "--http-listen", nd.http, "--admin-listen", nd.admin,
-			"--membership-peers", strings.Join(peers, ","), "--durable-topics", "room:*",
+			"--durable-topics", "room:*",
 			"--store-path", filepath.Join(dir, fmt.Sprintf("store%d", i+1)), "--pubsub-buffer-size", strconv.Itoa(bufferSize),
 			"--log-level", "info", "--shutdown-timeout", "10s"}
 		if nd.publishing {
 			args = append(args, "--admin-publish")
 		}
-		args = append(args, extra(i)...)
+		more := extra(i)
+		if !slices.Contains(more, "--membership-kind") {
+			args = append(args, "--membership-peers", strings.Join(peers, ","))
+		}
+		args = append(args, more...)
 		p, err := proc.Start(context.Background(), proc.Spec{Name: fmt.Sprintf("node%d", i+1), Argv: args,
 			Env: []string{"ECHOPUBSUB_ADMIN_TOKEN=" + adminToken}, Log: nd.log, Group: true})
 		if err != nil {

@@ -134,6 +134,9 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{"advertise needed", []string{"--node-listen", "0.0.0.0:" + strconv.Itoa(ports[0])}, nil, []string{"node.advertise", `"0.0.0.0:`}},
 		{"env duration", nil, []string{"ECHOPUBSUB_MEMBERSHIP_DNS_INTERVAL=often"}, []string{"membership.dns.interval", `"often"`}},
 		{"log level", []string{"--log-level", "loud"}, nil, []string{"log.level", `"loud"`}},
+		{"peers with consul", []string{"--membership-kind", "consul", "--membership-peers", "127.0.0.1:9"}, nil,
+			[]string{"membership.peers", `"127.0.0.1:9"`, `"consul"`}},
+		{"dns without a name", []string{"--membership-kind", "dns"}, nil, []string{"membership.dns.name", `""`}},
 		{"admin without credentials", nil, []string{"ECHOPUBSUB_ADMIN_TOKEN="}, []string{"admin.listen", quotedAddr(ports[2]), "admin.token"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
