@@ -133,14 +133,19 @@ func TestServeCluster(t *testing.T) {
 	caught.next(t, 20*time.Second, func(l string) bool { return strings.HasPrefix(l, "NOTICE echopubsub.CaughtUp ") }, "a CaughtUp notice")
 
 	// A notice: node 3 stopped (SIGSTOP) while node 1 publishes more than
-	// its buffer keeps; once it runs again its producer tells node 3's
-	// subscribers, the tail among them, that messages were lost.
+	// it can hand node 3 unacknowledged; once it runs again its producer
+	// tells node 3's subscribers, the tail among them, that messages were
+	// lost. Node 1 keeps bufferSize messages and has at most
+	// MaxBatchesInFlight (4) batches of at most bufferSize messages in
+	// flight to node 3 (they reach it after SIGCONT: a flake once showed
+	// that 2*bufferSize can all be in flight, and then rightly no notice
+	// comes): 8*bufferSize cannot fit in both.
 	if err := n3.p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	n3.stopped = true
 	var many strings.Builder
-	for i := 0; i < 2*bufferSize; i++ {
+	for i := 0; i < 8*bufferSize; i++ {
 		many.WriteString("lost" + strconv.Itoa(i) + "\n")
 	}
 	if r := runEnv(t, n1, []string{"ECHOPUBSUB_ADMIN_TOKEN=" + adminToken}, many.String(), "publish", "room:1"); r.err != nil {
