@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // AdminOption configures AdminHandler.
@@ -167,7 +168,7 @@ func (a *admin) streams(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, out)
 		return
 	}
-	ret := a.ps.dur.retention
+	ret := a.ps.dur.Retention
 	out.Store, out.Shared = fmt.Sprintf("%T", st), st.Shared()
 	out.Retention = AdminRetention{MaxAge: ret.MaxAge, MaxRows: ret.MaxRows, MaxBytes: ret.MaxBytes, Text: ret.String()}
 	lister, ok := st.(StreamLister)
@@ -190,7 +191,7 @@ func (a *admin) store() Store {
 	if a.ps.dur == nil {
 		return nil
 	}
-	return a.ps.dur.store
+	return a.ps.dur.Store
 }
 
 // AdminSession is one session of GET sessions.
@@ -453,7 +454,7 @@ func (a *admin) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	want := from // the next cursor owed
 	for {
-		if first, truncated := truncation(want, recs, next); truncated {
+		if first, truncated := store.Truncation(want, recs, next); truncated {
 			// Rows below were removed (retention): never a silent gap.
 			b, _ := json.Marshal(StreamTruncated{Stream: stream, From: want, FirstKept: first})
 			if out.write(AdminLine{Kind: "notice", Type: "echopubsub.StreamTruncated", Stream: stream, Notice: b}) != nil {

@@ -9,15 +9,15 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
-// Streams implements echopubsub.StreamLister in one read transaction. It
+// Streams implements store.StreamLister in one read transaction. It
 // reads every row kept (its payload length is inside the record), so its
 // cost grows with the rows: an operator's look, not a hot path.
-func (s *Store) Streams(ctx context.Context) ([]echopubsub.StreamInfo, error) {
-	var out []echopubsub.StreamInfo
+func (s *Store) Streams(ctx context.Context) ([]store.StreamInfo, error) {
+	var out []store.StreamInfo
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		root := tx.Bucket(bucketStreams)
 		return root.ForEachBucket(func(name []byte) error {
@@ -25,7 +25,7 @@ func (s *Store) Streams(ctx context.Context) ([]echopubsub.StreamInfo, error) {
 				return err
 			}
 			b := root.Bucket(name)
-			info := echopubsub.StreamInfo{Stream: string(name), Last: b.Sequence(), First: b.Sequence() + 1}
+			info := store.StreamInfo{Stream: string(name), Last: b.Sequence(), First: b.Sequence() + 1}
 			c := b.Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				cur := binary.BigEndian.Uint64(k)
@@ -44,7 +44,7 @@ func (s *Store) Streams(ctx context.Context) ([]echopubsub.StreamInfo, error) {
 		})
 	})
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return nil, echopubsub.ErrStoreClosed
+		return nil, store.ErrStoreClosed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: bolt streams: %w", err)
