@@ -5,7 +5,8 @@ GO ?= go
 # which require released versions of it and one another with no replace
 # (go get sees what a user gets; this checkout's go.work takes each from
 # here): gateway (the WebSocket gateway: coder/websocket), store/bolt (the
-# embedded store: bbolt), store/postgres (pgx), cmd/demo. And test/e2e:
+# embedded store: bbolt), store/postgres (pgx), cmd/demo, cmd/echopubsub (the server and its
+# inspecting commands: cobra). And test/e2e:
 # the benchmark harness and the demo's browser tests with their
 # dependencies (NATS, chromedp), never released. And test/modgraph: the
 # tests of what an adopter's `go get` brings (module graphs, go get, tidy),
@@ -18,7 +19,7 @@ GO ?= go
 # workspace would raise shared dependencies to the other modules'
 # versions).
 ROOT = env GOWORK=off $(GO)
-MODS = gateway store/bolt cmd/demo
+MODS = gateway store/bolt cmd/demo cmd/echopubsub
 E2E = test/e2e
 PG = store/postgres
 # test/outsidestore: a store written as one outside the repository would
@@ -48,7 +49,7 @@ test: deps
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
 	cd $(CURDIR)/$(MODGRAPH) && $(PHASE) "test: test/modgraph (an adopter's module graph, go get, tidy, package boundaries)" \
 		$(ROOT) test -count=1 -timeout 15m ./... && cd $(CURDIR) && \
-	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, test/outsidestore" sh -c 'for m in $(MODS) $(OUTSIDE); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
+	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, cmd/echopubsub, test/outsidestore" sh -c 'for m in $(MODS) $(OUTSIDE); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
 	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
 		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...

@@ -29,6 +29,7 @@ var released = []struct{ dir, path string }{
 	{"store/bolt", rootPath + "/store/bolt"},
 	{"store/postgres", rootPath + "/store/postgres"},
 	{"cmd/demo", rootPath + "/cmd/demo"},
+	{"cmd/echopubsub", rootPath + "/cmd/echopubsub"},
 }
 
 // repoRoot is the checkout this test runs in.
