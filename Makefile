@@ -40,7 +40,7 @@ test: deps
 	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
 	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, cmd/echopubsub" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
-	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
+	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, deploy manifests and Dockerfile, benchmark harness, session soak)" \
 		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 
