@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -163,10 +164,21 @@ func TestServeCluster(t *testing.T) {
 
 // TestAdminAuth: the admin endpoint refuses a request without the token or
 // with a wrong one, and refuses publish where it is not enabled; the
-// commands say so.
+// commands say so. The node keeps its streams in bolt (store.kind), and
+// its gateway requires a token (gateway.token): a WebSocket upgrade without
+// it, or with a wrong one, is refused before the upgrade.
 func TestAdminAuth(t *testing.T) {
-	nodes := startCluster(t, 1, bufferSize)
+	ports, err := proc.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, ports, []string{"127.0.0.1:" + strconv.Itoa(ports[0])}, bufferSize, "http",
+		func(int) []string { return []string{"--store-kind", "bolt", "--gateway-token", "gw-token"} }, nil)
 	nd := nodes[0]
+	var st echopubsub.AdminStreams
+	if err := json.Unmarshal([]byte(mustRun(t, nd, "streams", "--json")), &st); err != nil || st.Store != "*bolt.Store" || len(st.Streams) != 0 {
+		t.Errorf("streams --json of a bolt node: %+v %v", st, err)
+	}
 	for name, header := range map[string]string{"missing": "", "wrong": "Bearer not-" + adminToken} {
 		req, _ := http.NewRequest(http.MethodGet, nd.adminURL+"/peers", nil)
 		if header != "" {
@@ -179,6 +191,17 @@ func TestAdminAuth(t *testing.T) {
 		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s token: %s, want 401", name, resp.Status)
+		}
+	}
+	for query, code := range map[string]int{"": http.StatusUnauthorized, "?token=nope": http.StatusUnauthorized,
+		"?token=gw-token": http.StatusUpgradeRequired} { // a right token: on to the upgrade, which a GET lacks
+		resp, err := http.Get("http://" + nd.http + "/ws" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("GET /ws%s: %s, want %d", query, resp.Status, code)
 		}
 	}
 	r := runEnv(t, nd, []string{"ECHOPUBSUB_ADMIN_TOKEN=wrong"}, "", "streams")

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -284,7 +285,9 @@ func (s *server) listen(key, addr string, h http.Handler, tc *tls.Config) error 
 		return fmt.Errorf("%s: %w", key, err)
 	}
 	s.addrs[key] = ln.Addr().String()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tc}
+	// The server's own errors (a TLS handshake refused) go to the node's log.
+	errLog := stdlog.New(s.log.With().Str("level", "warn").Str("listener", key).Logger(), "", 0)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tc, ErrorLog: errLog}
 	s.servers = append(s.servers, srv)
 	go func() {
 		var err error

@@ -32,6 +32,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // binary builds the command once per test process.
 func binary(t *testing.T) string {
 	t.Helper()
@@ -61,6 +69,7 @@ type node struct {
 	publishing         bool
 	adminURL           string
 	stopped, continued bool
+	clientArgs         []string // the commands' flags for this node (TLS)
 }
 
 // startCluster starts n nodes with static membership, durable topics room:*
@@ -69,7 +78,6 @@ type node struct {
 // publishing (--admin-publish) and the others do not; a single node does not.
 func startCluster(t *testing.T, n, bufferSize int) []*node {
 	t.Helper()
-	bin := binary(t)
 	ports, err := proc.FreePorts(3 * n)
 	if err != nil {
 		t.Fatal(err)
@@ -78,13 +86,25 @@ func startCluster(t *testing.T, n, bufferSize int) []*node {
 	for i := 0; i < n; i++ {
 		peers = append(peers, "127.0.0.1:"+strconv.Itoa(ports[3*i]))
 	}
+	return startNodes(t, ports, peers, bufferSize, "http", func(int) []string { return nil }, nil)
+}
+
+// startNodes starts a node on each peer address (with ports[3i+1] and
+// ports[3i+2] for its HTTP and admin listeners), each with its extra
+// arguments; the commands reach the admin endpoint with scheme and the
+// client flags clientArgs.
+func startNodes(t *testing.T, ports []int, peers []string, bufferSize int, scheme string, extra func(i int) []string, clientArgs []string) []*node {
+	t.Helper()
+	bin := binary(t)
+	n := len(peers)
 	dir := t.TempDir()
 	nodes := make([]*node, n)
 	for i := range nodes {
 		nd := &node{addr: peers[i], http: "127.0.0.1:" + strconv.Itoa(ports[3*i+1]),
 			admin: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]), log: filepath.Join(dir, fmt.Sprintf("node%d.log", i+1)),
 			publishing: i == 0 && n > 1}
-		nd.adminURL = "http://" + nd.admin
+		nd.adminURL = scheme + "://" + nd.admin
+		nd.clientArgs = clientArgs
 		args := []string{bin, "serve", "--node-listen", nd.addr, "--http-listen", nd.http, "--admin-listen", nd.admin,
 			"--membership-peers", strings.Join(peers, ","), "--durable-topics", "room:*",
 			"--store-path", filepath.Join(dir, fmt.Sprintf("store%d", i+1)), "--pubsub-buffer-size", strconv.Itoa(bufferSize),
@@ -92,6 +112,7 @@ func startCluster(t *testing.T, n, bufferSize int) []*node {
 		if nd.publishing {
 			args = append(args, "--admin-publish")
 		}
+		args = append(args, extra(i)...)
 		p, err := proc.Start(context.Background(), proc.Spec{Name: fmt.Sprintf("node%d", i+1), Argv: args,
 			Env: []string{"ECHOPUBSUB_ADMIN_TOKEN=" + adminToken}, Log: nd.log, Group: true})
 		if err != nil {
@@ -159,7 +180,7 @@ func runEnv(t *testing.T, nd *node, env []string, stdin string, args ...string) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), append(args, "--url", nd.adminURL)...)
+	cmd := exec.CommandContext(ctx, binary(t), append(append(args, "--url", nd.adminURL), nd.clientArgs...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut strings.Builder
