@@ -7,8 +7,9 @@ GO ?= go
 # here): gateway (the WebSocket gateway: coder/websocket), store/bolt (the
 # embedded store: bbolt), store/postgres (pgx), cmd/demo, cmd/echopubsub (the server and its
 # inspecting commands: cobra). And test/e2e:
-# the benchmark harness and the demo's browser tests with their
-# dependencies (NATS, chromedp), never released. `./...` does not enter a
+# the benchmark harness, the demo's browser tests and the checks of
+# deploy/ with their dependencies (NATS, chromedp, the Kubernetes API
+# types), never released. `./...` does not enter a
 # nested module: every target that means "all of it" runs each.
 #
 # The root runs with GOWORK=off: against its own go.mod alone, the

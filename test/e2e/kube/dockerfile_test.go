@@ -190,7 +190,9 @@ func (b goBuild) build(dir string) (string, error) {
 	args[slices.Index(args, "-o")+1] = bin
 	cmd := exec.Command("go", args...)
 	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), b.env...)
+	// As in the image's build stage: the repository's go.work in use
+	// whatever this process's GOWORK says.
+	cmd.Env = append(append(os.Environ(), "GOWORK="), b.env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s go %s: %v\n%s", strings.Join(b.env, " "), strings.Join(args, " "), err, out)
 	}
