@@ -7,8 +7,9 @@ GO ?= go
 # here): gateway (the WebSocket gateway: coder/websocket), store/bolt (the
 # embedded store: bbolt), store/postgres (pgx), cmd/demo, cmd/echopubsub (the server and its
 # inspecting commands: cobra). And test/e2e:
-# the benchmark harness and the demo's browser tests with their
-# dependencies (NATS, chromedp), never released. And test/modgraph: the
+# the benchmark harness, the demo's browser tests and the checks of
+# deploy/ with their dependencies (NATS, chromedp, the Kubernetes API
+# types), never released. And test/modgraph: the
 # tests of what an adopter's `go get` brings (module graphs, go get, tidy),
 # a module of its own so that its golang.org/x/mod stays out of the
 # library's go.mod (run with GOWORK=off, like the root). `./...` does not
@@ -50,7 +51,7 @@ test: deps
 	cd $(CURDIR)/$(MODGRAPH) && $(PHASE) "test: test/modgraph (an adopter's module graph, go get, tidy, package boundaries)" \
 		$(ROOT) test -count=1 -timeout 15m ./... && cd $(CURDIR) && \
 	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, cmd/echopubsub, test/outsidestore" sh -c 'for m in $(MODS) $(OUTSIDE); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
-	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
+	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, deploy manifests and Dockerfile, benchmark harness, session soak)" \
 		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 

@@ -314,16 +314,17 @@ func (d *decls) check(root, ref string) string {
 	return "" // a variable, or a package of another module
 }
 
-// checkDir: a directory path such as store/seglog or test/e2e/demo must
-// exist when it starts with one of this repository's top-level
-// directories (crypto/x509 is the standard library's).
+// checkDir: a path such as store/seglog, test/e2e/demo or
+// deploy/Dockerfile must exist (a directory or a file) when it starts with
+// one of this repository's top-level directories (crypto/x509 is the
+// standard library's).
 func (d *decls) checkDir(root, path string) string {
 	first := strings.Split(path, "/")[0]
 	if fi, err := os.Stat(filepath.Join(root, first)); err != nil || !fi.IsDir() {
 		return ""
 	}
-	if fi, err := os.Stat(filepath.Join(root, path)); err != nil || !fi.IsDir() {
-		return "no directory " + path
+	if _, err := os.Stat(filepath.Join(root, path)); err != nil {
+		return "no directory or file " + path
 	}
 	return ""
 }
