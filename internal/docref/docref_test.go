@@ -278,10 +278,12 @@ func (d *decls) check(root, ref string) string {
 		if !unicode.IsLower(rune(p[0])) {
 			continue
 		}
-		if !strings.Contains(p, "_") {
-			return "" // echopubsub.batches.acked: a metric, not Go
+		if !strings.Contains(p, "_") || !unicode.IsUpper(rune(parts[i][0])) {
+			// echopubsub.batches.acked: a metric; store.postgres_url: a
+			// setting of echopubsub serve. Not Go.
+			return ""
 		}
-		parts[i+1] = camel(p) // a .proto field: its Go name
+		parts[i+1] = camel(p) // a .proto field of a message type: its Go name
 	}
 	if dir != "" {
 		if len(parts) == 1 && !strings.Contains(ref, ".") {
