@@ -1,0 +1,199 @@
+//go:build !race
+
+// Several nodes in one process: not in the race-checked run (see RACE_PKGS
+// in the Makefile); make test runs it in the root module's phase.
+
+package presence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/echopubsub/echopubsub/presence"
+	"github.com/echopubsub/echopubsub/test"
+)
+
+// testConfig is DefaultConfig with test-sized timings.
+func testConfig() presence.Config {
+	cfg := presence.DefaultConfig()
+	cfg.DownAfter = time.Second
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.SyncRetry = 300 * time.Millisecond
+	cfg.CallTimeout = 2 * time.Second
+	return cfg
+}
+
+// startTrackers starts a tracker on every node; they stop when the test
+// ends, before the nodes (cleanups run last first).
+func startTrackers(t *testing.T, nodes []*test.Node, cfg presence.Config) []*presence.Tracker {
+	t.Helper()
+	trs := make([]*presence.Tracker, len(nodes))
+	for i, nd := range nodes {
+		tr, err := presence.New(nd.PS, cfg)
+		if err != nil {
+			t.Fatalf("presence.New on %s: %v", nd.Addr, err)
+		}
+		trs[i] = tr
+		t.Cleanup(func() { _ = tr.Stop(context.Background()) })
+	}
+	return trs
+}
+
+// render is a topic's presences as one comparable line: key, node, ref and
+// meta of each, in List's order.
+func render(l map[string][]presence.Meta) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		for _, m := range l[k] {
+			fmt.Fprintf(&b, "%s@%s#%s%v ", k, m.Node, m.Ref, m.Meta)
+		}
+	}
+	return b.String()
+}
+
+// truth is the union of what each live node tracks itself (the metas whose
+// node is the tracker's own): what every replica's List must equal.
+func truth(nodes []*test.Node, trs []*presence.Tracker, live []int, topic string) string {
+	all := map[string][]presence.Meta{}
+	for _, i := range live {
+		for k, metas := range trs[i].List(topic) {
+			for _, m := range metas {
+				if m.Node == nodes[i].Addr {
+					all[k] = append(all[k], m)
+				}
+			}
+		}
+	}
+	for _, metas := range all {
+		sort.Slice(metas, func(a, b int) bool {
+			if metas[a].Node != metas[b].Node {
+				return metas[a].Node < metas[b].Node
+			}
+			return metas[a].Ref < metas[b].Ref
+		})
+	}
+	return render(all)
+}
+
+// converged waits until every live replica's List of topic equals the
+// truth and has want presences.
+func converged(t *testing.T, nodes []*test.Node, trs []*presence.Tracker, live []int, topic string, want int, within time.Duration) {
+	t.Helper()
+	var last string
+	test.Eventually(t, within, func() bool {
+		tr := truth(nodes, trs, live, topic)
+		if strings.Count(tr, "@") != want {
+			last = "truth has not " + fmt.Sprint(want) + " presences: " + tr
+			return false
+		}
+		for _, i := range live {
+			if got := render(trs[i].List(topic)); got != tr {
+				last = fmt.Sprintf("node %d lists %q, truth %q", i, got, tr)
+				return false
+			}
+		}
+		return true
+	}, func() string { return last })
+}
+
+// spawnProc spawns a process to track (any local actor).
+func spawnProc(nd *test.Node) *actor.PID {
+	return nd.System.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+}
+
+// diffSteps is what c received about key, as "+key" (a join) and "-key"
+// (a leave) steps, in order.
+func diffSteps(c *test.Collector, key string) string {
+	var b strings.Builder
+	for _, m := range c.All() {
+		d, ok := m.(*presence.Diff)
+		if !ok {
+			continue
+		}
+		for _, s := range []struct {
+			sign string
+			m    map[string][]presence.Meta
+		}{{"-", d.Leaves}, {"+", d.Joins}} {
+			keys := make([]string, 0, len(s.m))
+			for k := range s.m {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				for range s.m[k] {
+					if k != key {
+						continue
+					}
+					fmt.Fprintf(&b, "%s%s ", s.sign, k)
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+func TestPresenceJoinsAndLeavesAcrossThreeNodes(t *testing.T) {
+	nodes := test.StartCluster(t, 3, test.FastConfig())
+	cfg := testConfig()
+	cfg.DownAfter = time.Minute // every leave here is told, none is a timeout
+	trs := startTrackers(t, nodes, cfg)
+	live := []int{0, 1, 2}
+	watcher := test.SpawnCollector(nodes[2].System)
+	if err := trs[2].Subscribe(watcher.PID, "room:1"); err != nil {
+		t.Fatal(err)
+	}
+
+	alice, bob, bob2 := spawnProc(nodes[0]), spawnProc(nodes[1]), spawnProc(nodes[1])
+	must(t, trs[0].Track(alice, "room:1", "alice", map[string]string{"device": "phone"}))
+	must(t, trs[1].Track(bob, "room:1", "bob", nil))
+	must(t, trs[1].Track(bob2, "room:1", "bob", map[string]string{"tab": "2"})) // one key, two metas
+	converged(t, nodes, trs, live, "room:1", 3, 5*time.Second)
+	if err := trs[0].Track(alice, "room:1", "alice", nil); !errors.Is(err, presence.ErrAlreadyTracked) {
+		t.Fatalf("second Track = %v, want ErrAlreadyTracked", err)
+	}
+
+	must(t, trs[1].Update(bob, "room:1", "bob", map[string]string{"away": "yes"}))
+	converged(t, nodes, trs, live, "room:1", 3, 5*time.Second)
+	if l := trs[2].List("room:1")["bob"]; !(l[0].Meta["away"] == "yes" || l[1].Meta["away"] == "yes") {
+		t.Fatalf("node 2 lists bob as %v, want the update", l)
+	}
+	must(t, trs[0].Untrack(alice, "room:1", "alice"))
+	converged(t, nodes, trs, live, "room:1", 2, 5*time.Second)
+	nodes[1].System.Root.Stop(bob2) // a tracked process that stops leaves
+	converged(t, nodes, trs, live, "room:1", 1, 5*time.Second)
+
+	// The watcher on node 2 saw each step, as a Diff, in order per node.
+	for key, want := range map[string]string{"alice": "+alice -alice ", "bob": "+bob +bob -bob +bob -bob "} {
+		test.Eventually(t, 5*time.Second, func() bool { return diffSteps(watcher, key) == want },
+			func() string { return fmt.Sprintf("diffs about %s %q, want %q", key, diffSteps(watcher, key), want) })
+	}
+
+	// A tracker that stops takes its node's presences with it at once (not
+	// after DownAfter, a minute here).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, trs[1].Stop(ctx))
+	converged(t, nodes, trs, []int{0, 2}, "room:1", 0, 5*time.Second)
+	if err := trs[1].Track(bob, "room:1", "bob", nil); !errors.Is(err, presence.ErrStopped) {
+		t.Fatalf("Track after Stop = %v, want ErrStopped", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
