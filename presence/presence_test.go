@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
+	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/presence"
 	"github.com/echopubsub/echopubsub/test"
 )
@@ -195,5 +197,78 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestPresencePartitionAndHeal(t *testing.T) {
+	nodes := test.StartCluster(t, 3, test.FastConfig())
+	cfg := testConfig()
+	trs := startTrackers(t, nodes, cfg)
+	all := []int{0, 1, 2}
+	watcher := test.SpawnCollector(nodes[0].System)
+	must(t, trs[0].Subscribe(watcher.PID, "room:1"))
+	must(t, trs[0].Track(spawnProc(nodes[0]), "room:1", "alice", nil))
+	must(t, trs[1].Track(spawnProc(nodes[1]), "room:1", "bob", nil))
+	carol := spawnProc(nodes[2])
+	must(t, trs[2].Track(carol, "room:1", "carol", nil))
+	converged(t, nodes, trs, all, "room:1", 3, 5*time.Second)
+
+	// Node 2 is cut off: each side drops the other's presences by DownAfter
+	// after the cut (plus a second of slack for a loaded machine).
+	test.Partition(nodes, 2)
+	cut := time.Now()
+	within := cfg.DownAfter + time.Second
+	test.Eventually(t, within, func() bool {
+		return len(trs[0].List("room:1")["carol"]) == 0 && len(trs[1].List("room:1")["carol"]) == 0 &&
+			len(trs[2].List("room:1")) == 1
+	}, func() string {
+		return fmt.Sprintf("%v after the cut: node 0 %q, node 1 %q, node 2 %q", time.Since(cut), render(trs[0].List("room:1")),
+			render(trs[1].List("room:1")), render(trs[2].List("room:1")))
+	})
+	test.Eventually(t, 5*time.Second, func() bool { return diffSteps(watcher, "carol") == "+carol -carol " },
+		func() string { return "node 0's watcher: " + diffSteps(watcher, "carol") })
+
+	// Both sides change while apart; after the heal each side's next
+	// message makes the other ask for its state.
+	must(t, trs[2].Untrack(carol, "room:1", "carol"))
+	must(t, trs[2].Track(spawnProc(nodes[2]), "room:1", "dave", nil))
+	must(t, trs[0].Track(spawnProc(nodes[0]), "room:1", "erin", nil))
+	test.Heal(nodes)
+	converged(t, nodes, trs, all, "room:1", 4, 10*time.Second)
+	test.Eventually(t, 5*time.Second, func() bool { return diffSteps(watcher, "dave") == "+dave " },
+		func() string { return "node 0's watcher: " + diffSteps(watcher, "dave") })
+}
+
+func TestPresenceCursorExpiredResyncs(t *testing.T) {
+	log, captured := test.CapturingLogger(t, zerolog.InfoLevel)
+	nodes := test.StartCluster(t, 3, test.FastConfig(), echopubsub.WithLogger(log)) // a 100-message buffer
+	cfg := testConfig()
+	cfg.DownAfter = time.Minute // only the pubsub's CursorExpired can tell node 2 what it lost
+	cfg.HeartbeatInterval = 10 * time.Second
+	trs := startTrackers(t, nodes, cfg)
+	all := []int{0, 1, 2}
+	watcher := test.SpawnCollector(nodes[2].System)
+	must(t, trs[2].Subscribe(watcher.PID, "room:1"))
+	must(t, trs[0].Track(spawnProc(nodes[0]), "room:1", "alice", nil))
+	converged(t, nodes, trs, all, "room:1", 1, 5*time.Second)
+	test.WaitJoined(t, nodes) // node 2's cursor on node 0 must be one that can expire
+
+	test.Partition(nodes, 2)
+	p := spawnProc(nodes[0])
+	for i := 0; i < 120; i++ { // 240 changes: past the 100-message buffer
+		must(t, trs[0].Track(p, "room:1", "flip", nil))
+		must(t, trs[0].Untrack(p, "room:1", "flip"))
+	}
+	must(t, trs[0].Track(p, "room:1", "bob", nil))
+	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].NodeStats(t, nodes[2].Addr).Expired },
+		test.Sprintf("node 2 expired in node 0's view"))
+	test.Heal(nodes)
+	converged(t, nodes, trs, all, "room:1", 2, 10*time.Second)
+	test.Eventually(t, 5*time.Second, func() bool { return diffSteps(watcher, "bob") == "+bob " },
+		func() string { return "node 2's watcher: " + diffSteps(watcher, "bob") })
+	// The resync was the CursorExpired's (not a later gap's: node 0 sent
+	// nothing after bob, and heartbeats come every 10 s).
+	if !captured.Contains("presence: messages from a node were lost") {
+		t.Fatalf("node 2 did not resync on CursorExpired")
 	}
 }
