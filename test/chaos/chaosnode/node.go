@@ -30,6 +30,7 @@ type nodeFlags struct {
 	name, listen, advertise, peers, level, record string
 	incarnation, buffer, pool                     int
 	batch, callTimeout, retry                     time.Duration
+	presenceDownAfter                             time.Duration
 }
 
 type node struct {
@@ -44,9 +45,10 @@ type node struct {
 	out   *json.Encoder
 	outMu sync.Mutex
 
-	pubs chaos.Publishers
-	mu   sync.Mutex // subs
-	subs int
+	pubs     chaos.Publishers
+	presence *churn     // nil without -presence-down-after
+	mu       sync.Mutex // subs
+	subs     int
 }
 
 func (n *node) emit(ev chaos.Event) {
@@ -115,6 +117,11 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 		log.Error().Str("violation", v.String()).Msg("chaos: guarantee violated")
 		n.emit(chaos.Event{Ev: "violation", Violation: &v})
 	}
+	if cfg.presenceDownAfter > 0 {
+		if n.presence, err = startChurn(n, pcfg, peers, cfg.presenceDownAfter); err != nil {
+			return err
+		}
+	}
 	n.emit(chaos.Event{Ev: "ready", Addr: system.Address()})
 
 	cmds := make(chan chaos.Command)
@@ -156,6 +163,11 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 
 func (n *node) stop() error {
 	n.pubs.Stop()
+	if n.presence != nil {
+		if err := n.presence.close(); err != nil {
+			n.log.Warn().Err(err).Msg("chaos: presence tracker stop")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.ps.Stop(ctx)
@@ -192,6 +204,11 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 	case chaos.OpSkip:
 		n.pubs.Skip()
 		return chaos.Event{}
+	case chaos.OpPresence:
+		if n.presence == nil {
+			return chaos.Event{Err: "presence: this node runs no tracker (-presence-down-after)"}
+		}
+		return n.presence.handle(c.What)
 	case chaos.OpCrash:
 		if err := n.hook.Arm(c.What); err != nil {
 			return chaos.Event{Err: err.Error()}
