@@ -307,7 +307,7 @@ func (a *trackerActor) tell(d diffs) {
 // tick: heartbeat when due, and the replicas' deadlines.
 func (a *trackerActor) tick() {
 	now := time.Now()
-	if !a.stopping && now.Sub(a.lastBeat) >= a.t.cfg.HeartbeatInterval {
+	if !a.stopping && a.t.ps.Err() == nil && now.Sub(a.lastBeat) >= a.t.cfg.HeartbeatInterval {
 		a.lastBeat = now
 		if err := a.t.ps.BroadcastFrom(a.self, a.t.cfg.Topic, &wire.Heartbeat{Incarnation: a.inc, Seq: a.seq}); err != nil {
 			a.t.log.Warn().Err(err).Msg("presence: heartbeat not sent")
@@ -365,17 +365,20 @@ func (a *trackerActor) answer(node string) {
 	if a.stopping {
 		return
 	}
+	budget := a.t.ps.Config().MaxBatchBytes / 4
 	part := &wire.Snapshot{Incarnation: a.inc, Seq: a.seq}
-	n := 0
+	size := 0
 	for _, l := range a.mine {
-		part.Presences = append(part.Presences, wireOf(l.e))
-		n++
-		if len(part.Presences) == a.t.cfg.SnapshotPart && n < len(a.mine) {
+		p := wireOf(l.e)
+		n := proto.Size(p)
+		if len(part.Presences) > 0 && (len(part.Presences) == a.t.cfg.SnapshotPart || size+n > budget) {
 			if !a.sendPart(node, part) {
 				return
 			}
-			part = &wire.Snapshot{Incarnation: a.inc, Seq: a.seq, Part: part.Part + 1}
+			part, size = &wire.Snapshot{Incarnation: a.inc, Seq: a.seq, Part: part.Part + 1}, 0
 		}
+		part.Presences = append(part.Presences, p)
+		size += n
 	}
 	part.Last = true
 	a.sendPart(node, part)

@@ -19,15 +19,17 @@ type Config struct {
 	// for DownAfter removes its presences and tells its subscribers. It must
 	// be at least twice HeartbeatInterval. Defaults to 10s.
 	DownAfter time.Duration
-	// HeartbeatInterval is how often a tracker says it is alive on Topic.
-	// Defaults to 2s.
+	// HeartbeatInterval is how often a tracker says it is alive on Topic
+	// (at least 10ms). Defaults to 2s.
 	HeartbeatInterval time.Duration
 	// SyncRetry is how long a replica waits for a node's state after asking
-	// for it before it asks again. Defaults to 5s.
+	// for it before it asks again (at least 10ms). A replica that has waited
+	// DownAfter drops the node's presences (with a Diff) rather than list
+	// what it cannot vouch for, and goes on asking. Defaults to 5s.
 	SyncRetry time.Duration
-	// SnapshotPart is how many presences one part of a node's state carries
-	// when a replica asks for it (keep a part well under the pubsub's
-	// MaxBatchBytes). Defaults to 1000.
+	// SnapshotPart is at most how many presences one part of a node's state
+	// carries when a replica asks for it; a part is also cut at a quarter of
+	// the pubsub's MaxBatchBytes. Defaults to 1000.
 	SnapshotPart int
 	// CallTimeout bounds Track, Untrack, Update, Subscribe and Stop's wait
 	// for the tracker. Defaults to 5s.
@@ -54,12 +56,12 @@ func (c Config) Validate() error {
 	switch {
 	case c.Topic == "" || !utf8.ValidString(c.Topic):
 		return fmt.Errorf("%w: Topic must be a non-empty UTF-8 string, got %q", ErrInvalidConfig, c.Topic)
-	case c.HeartbeatInterval <= 0:
-		return fmt.Errorf("%w: HeartbeatInterval must be > 0, got %v", ErrInvalidConfig, c.HeartbeatInterval)
+	case c.HeartbeatInterval < 10*time.Millisecond:
+		return fmt.Errorf("%w: HeartbeatInterval must be >= 10ms, got %v", ErrInvalidConfig, c.HeartbeatInterval)
 	case c.DownAfter < 2*c.HeartbeatInterval:
 		return fmt.Errorf("%w: DownAfter must be >= 2 * HeartbeatInterval (%v), got %v", ErrInvalidConfig, c.HeartbeatInterval, c.DownAfter)
-	case c.SyncRetry <= 0:
-		return fmt.Errorf("%w: SyncRetry must be > 0, got %v", ErrInvalidConfig, c.SyncRetry)
+	case c.SyncRetry < 10*time.Millisecond:
+		return fmt.Errorf("%w: SyncRetry must be >= 10ms, got %v", ErrInvalidConfig, c.SyncRetry)
 	case c.SnapshotPart <= 0:
 		return fmt.Errorf("%w: SnapshotPart must be > 0, got %d", ErrInvalidConfig, c.SnapshotPart)
 	case c.CallTimeout <= 0:

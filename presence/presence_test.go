@@ -281,3 +281,24 @@ func TestPresenceCursorExpiredResyncs(t *testing.T) {
 		t.Fatalf("node 2 did not resync on CursorExpired")
 	}
 }
+
+// TestPresenceLargeStateInParts: a node's state larger than the pubsub's
+// MaxBatchBytes (600 presences of 2 KiB metadata: 1.2 MiB) reaches a tracker
+// that starts after it was tracked, in parts that each fit.
+func TestPresenceLargeStateInParts(t *testing.T) {
+	nodes := test.StartCluster(t, 2, test.FastConfig())
+	cfg := testConfig()
+	tr0, err := presence.New(nodes[0].PS, cfg)
+	must(t, err)
+	t.Cleanup(func() { _ = tr0.Stop(context.Background()) })
+	big := map[string]string{"blob": strings.Repeat("x", 2048)}
+	p := spawnProc(nodes[0])
+	for i := 0; i < 600; i++ {
+		must(t, tr0.Track(p, "room:1", fmt.Sprint("user-", i), big))
+	}
+	tr1, err := presence.New(nodes[1].PS, cfg) // learns node 0's state only from its answer
+	must(t, err)
+	t.Cleanup(func() { _ = tr1.Stop(context.Background()) })
+	test.Eventually(t, 10*time.Second, func() bool { return len(tr1.List("room:1")) == 600 },
+		func() string { return fmt.Sprintf("node 1 lists %d of 600", len(tr1.List("room:1"))) })
+}

@@ -34,6 +34,7 @@ type replica struct {
 	state    replicaState
 	heard    time.Time // last message from the node
 	asked    time.Time // last SyncRequest sent (syncing)
+	since    time.Time // when it started syncing
 	entries  map[string]*entry
 	part     *parts // the state being received, part by part
 }
@@ -213,13 +214,17 @@ func (rs *replicas) expired(node string, now time.Time) bool {
 }
 
 func (rs *replicas) resync(r *replica, now time.Time) bool {
+	if r.state != syncing {
+		r.since = now
+	}
 	r.state, r.asked, r.part = syncing, now, nil
 	return true
 }
 
 // check applies the deadlines: a node silent for downAfter is down (its
 // presences leave); a node asked for its state retryAfter ago is asked
-// again (returned in ask).
+// again (returned in ask), and one asked for downAfter without an answer
+// has its presences leave.
 func (rs *replicas) check(now time.Time, downAfter, retryAfter time.Duration, d diffs) (ask []string) {
 	for node, r := range rs.nodes {
 		if r.state == down {
@@ -232,7 +237,17 @@ func (rs *replicas) check(now time.Time, downAfter, retryAfter time.Duration, d 
 			r.state, r.part = down, nil
 			continue
 		}
-		if r.state == syncing && now.Sub(r.asked) >= retryAfter {
+		if r.state != syncing {
+			continue
+		}
+		if len(r.entries) > 0 && now.Sub(r.since) >= downAfter {
+			// Asked for DownAfter and no state came (each answer lost, or
+			// too large): what the replica holds can no longer be vouched for.
+			rs.log.Warn().Str("peer", node).Int("presences", len(r.entries)).Dur("syncing_ms", now.Sub(r.since)).
+				Msg("presence: no state from a node for DownAfter: its presences leave until it comes")
+			rs.drop(r, d)
+		}
+		if now.Sub(r.asked) >= retryAfter {
 			r.asked = now
 			ask = append(ask, node)
 		}

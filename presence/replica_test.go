@@ -104,4 +104,13 @@ func TestReplicaDownAfterSilence(t *testing.T) {
 	if !rs.expired("n", t0.Add(3*time.Second)) || rs.nodes["n"].state != syncing || len(d) != 0 {
 		t.Fatalf("CursorExpired does not ask for the state, or tells before it arrives")
 	}
+	// The node goes on speaking, but its state never comes: after
+	// DownAfter of asking, its presences leave; it is still asked.
+	rs.handle("n", &wire.Heartbeat{Incarnation: 1, Seq: 1}, t0.Add(3900*time.Millisecond), d)
+	if ask := rs.check(t0.Add(3999*time.Millisecond), time.Second, 500*time.Millisecond, d); len(d) != 0 || fmt.Sprint(ask) != "[n]" {
+		t.Fatalf("syncing for less than DownAfter: told %q, asked %v", steps(d), ask)
+	}
+	if rs.check(t0.Add(4*time.Second), time.Second, 500*time.Millisecond, d); steps(d) != "-a" || rs.nodes["n"].state != syncing {
+		t.Fatalf("syncing for DownAfter: told %q, state %v; want -a, still syncing", steps(d), rs.nodes["n"].state)
+	}
 }

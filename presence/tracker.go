@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -159,10 +160,14 @@ func (t *Tracker) Stop(ctx context.Context) error {
 	f := t.system.Root.RequestFuture(t.pid, &stopReq{}, t.cfg.CallTimeout)
 	err := replyErr(f.Result())
 	t.system.Root.Stop(t.pid)
+	wait := time.NewTimer(t.cfg.CallTimeout) // an actor system already shut down stops nothing
+	defer wait.Stop()
 	select {
 	case <-t.done:
 	case <-ctx.Done():
 		return fmt.Errorf("presence: Stop: %w", ctx.Err())
+	case <-wait.C:
+		return fmt.Errorf("presence: Stop: the tracker did not stop within CallTimeout (%v)", t.cfg.CallTimeout)
 	}
 	return err
 }
