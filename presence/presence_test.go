@@ -16,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/presence"
@@ -301,4 +302,27 @@ func TestPresenceLargeStateInParts(t *testing.T) {
 	t.Cleanup(func() { _ = tr1.Stop(context.Background()) })
 	test.Eventually(t, 10*time.Second, func() bool { return len(tr1.List("room:1")) == 600 },
 		func() string { return fmt.Sprintf("node 1 lists %d of 600", len(tr1.List("room:1"))) })
+}
+
+// TestPresenceStopLeavesNoGoroutines: a tracker's goroutines (its actor,
+// its timer) end with Stop, and every call after it fails with ErrStopped.
+func TestPresenceStopLeavesNoGoroutines(t *testing.T) {
+	nodes := test.StartCluster(t, 1, test.FastConfig())
+	before := goleak.IgnoreCurrent()
+	tr, err := presence.New(nodes[0].PS, testConfig())
+	must(t, err)
+	p, w := spawnProc(nodes[0]), test.SpawnCollector(nodes[0].System)
+	must(t, tr.Subscribe(w.PID, "room:1"))
+	must(t, tr.Track(p, "room:1", "alice", nil))
+	test.Eventually(t, 5*time.Second, func() bool { return diffSteps(w, "alice") == "+alice " }, w.Describe)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, tr.Stop(ctx))
+	must(t, tr.Stop(ctx)) // idempotent
+	if err := tr.Untrack(p, "room:1", "alice"); !errors.Is(err, presence.ErrStopped) {
+		t.Fatalf("Untrack after Stop = %v, want ErrStopped", err)
+	}
+	nodes[0].System.Root.Stop(p)
+	nodes[0].System.Root.Stop(w.PID)
+	test.VerifyNoLeaks(t, before)
 }
