@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,10 +305,19 @@ func TestPresenceLargeStateInParts(t *testing.T) {
 		func() string { return fmt.Sprintf("node 1 lists %d of 600", len(tr1.List("room:1"))) })
 }
 
-// TestPresenceStopLeavesNoGoroutines: a tracker's goroutines (its actor,
-// its timer) end with Stop, and every call after it fails with ErrStopped.
+// TestPresenceStopLeavesNoGoroutines: a tracker leaves nothing running
+// after Stop: no goroutine, and no timer still firing at its address (that
+// would be a dead letter every tick), and every call after it fails with
+// ErrStopped.
 func TestPresenceStopLeavesNoGoroutines(t *testing.T) {
 	nodes := test.StartCluster(t, 1, test.FastConfig())
+	var dead atomic.Int64
+	sub := nodes[0].System.EventStream.Subscribe(func(ev interface{}) {
+		if d, ok := ev.(*actor.DeadLetterEvent); ok && strings.HasPrefix(fmt.Sprintf("%T", d.Message), "*presence.") {
+			dead.Add(1)
+		}
+	})
+	defer nodes[0].System.EventStream.Unsubscribe(sub)
 	before := goleak.IgnoreCurrent()
 	tr, err := presence.New(nodes[0].PS, testConfig())
 	must(t, err)
@@ -322,6 +332,8 @@ func TestPresenceStopLeavesNoGoroutines(t *testing.T) {
 	if err := tr.Untrack(p, "room:1", "alice"); !errors.Is(err, presence.ErrStopped) {
 		t.Fatalf("Untrack after Stop = %v, want ErrStopped", err)
 	}
+	test.Never(t, 300*time.Millisecond, func() bool { return dead.Load() > 0 }, // 30 of testConfig's ticks
+		func() string { return fmt.Sprintf("%d messages to the stopped tracker", dead.Load()) })
 	nodes[0].System.Root.Stop(p)
 	nodes[0].System.Root.Stop(w.PID)
 	test.VerifyNoLeaks(t, before)
