@@ -30,7 +30,9 @@
 // Until the state arrives the replica keeps what it had and ignores the
 // node's changes (the state holds them); then its subscribers get the Diff
 // from what it had to what the node has. It asks again after
-// Config.SyncRetry if no state came.
+// Config.SyncRetry if no state came, and once it has asked for DownAfter
+// the node's presences leave until the state comes: a replica lists
+// nothing it cannot vouch for.
 //
 // # Leaving
 //
