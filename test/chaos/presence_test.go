@@ -23,7 +23,7 @@ func presenceSoak(t *testing.T, bin string, kinds []string) *chaos.Result {
 			BatchInterval: 20 * time.Millisecond, CallTimeout: time.Second, Retry: 100 * time.Millisecond,
 			LogLevel: "warn", Logf: t.Logf},
 		Messages: 2_000, Publishers: 1, Rate: 100, Subscribers: 1,
-		Kinds: kinds, Hold: 3 * time.Second, Settle: 2 * time.Second, Drain: 30 * time.Second,
+		Kinds: kinds, Hold: 2 * time.Second, Settle: 1500 * time.Millisecond, Drain: 30 * time.Second,
 		Seed:              time.Now().UnixNano(),
 		PresenceDownAfter: 1500 * time.Millisecond, PresenceWithin: 15 * time.Second,
 	})
@@ -34,11 +34,12 @@ func presenceSoak(t *testing.T, bin string, kinds []string) *chaos.Result {
 	return res
 }
 
-// TestSoakPresence: presence through a cut (longer than DownAfter: the cut
-// node's presences leave and come back), a kill -9 and restart (the old
-// process's presences leave, the new one's join), a SIGSTOP longer than
-// DownAfter, a producer crash and a cold restart of every node; with root,
-// the partitions and packet loss too.
+// TestSoakPresence: presence through every fault kind, each held longer
+// than DownAfter: a cut or blackholed node's presences leave and come back,
+// a kill -9 and restart's old process's presences leave and the new one's
+// join, a SIGSTOP, latency, producer and worker crashes, a cold restart of
+// every node; as root, the partitions and packet loss too (without root
+// those three are skipped, as in TestSoakShort).
 func TestSoakPresence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a soak: -short skips it")
@@ -47,13 +48,9 @@ func TestSoakPresence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := []string{chaos.FaultProxyCut, chaos.FaultKill, chaos.FaultPause, chaos.FaultProducerCrash, chaos.FaultColdRestart}
-	if chaos.DefaultNetns() {
-		kinds = append(kinds, chaos.FaultPairwise, chaos.FaultLoss)
-	}
-	res := presenceSoak(t, bin, kinds)
-	if res.PresenceChecks < len(kinds)+1 {
-		t.Errorf("%d presence checks, want one per fault and one at the end (%d)", res.PresenceChecks, len(kinds)+1)
+	res := presenceSoak(t, bin, chaos.AllFaults)
+	if want := len(chaos.AllFaults) - len(res.Skipped) + 1; res.PresenceChecks < want {
+		t.Errorf("%d presence checks, want one per fault and one at the end (%d)", res.PresenceChecks, want)
 	}
 	if len(res.PresenceViolations) > 0 {
 		t.Errorf("a replica's List differed from the union of live tracks:\n%s", strings.Join(res.PresenceViolations, "\n"))
