@@ -55,6 +55,9 @@ func TestSoakPresence(t *testing.T) {
 	if len(res.PresenceViolations) > 0 {
 		t.Errorf("a replica's List differed from the union of live tracks:\n%s", strings.Join(res.PresenceViolations, "\n"))
 	}
+	if res.DataRaces > 0 {
+		t.Errorf("the race-built nodes reported %d data races (ECHOPUBSUB_CHAOS_RACE)", res.DataRaces)
+	}
 	if res.Counts.SilentGaps != 0 || res.Counts.Reorders != 0 || res.Counts.FalseAlarms != 0 {
 		t.Errorf("the pubsub's guarantee, with presence traffic: %d silent gaps, %d reorders, %d false alarms",
 			res.Counts.SilentGaps, res.Counts.Reorders, res.Counts.FalseAlarms)
