@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -64,6 +65,7 @@ type trackerActor struct {
 	sched    *scheduler.TimerScheduler
 	cancel   scheduler.CancelFunc
 	lastBeat time.Time
+	lastSeen time.Time // last look at the membership
 	stopping bool
 }
 
@@ -313,16 +315,49 @@ func (a *trackerActor) tick() {
 			a.t.log.Warn().Err(err).Msg("presence: heartbeat not sent")
 		}
 	}
+	var absent map[string]bool
+	if now.Sub(a.lastSeen) >= a.t.cfg.HeartbeatInterval {
+		a.lastSeen = now
+		absent = a.absent()
+	}
 	d := diffs{}
 	// DownAfter less one tick: a node is down by DownAfter after its last
 	// message, not up to a tick later.
 	a.t.v.mu.Lock()
+	if absent != nil {
+		a.rs.left(absent, d)
+	}
 	ask := a.rs.check(now, a.t.cfg.DownAfter-a.t.cfg.tick(), a.t.cfg.SyncRetry, d)
 	a.t.v.mu.Unlock()
 	a.tell(d)
 	for _, node := range ask {
 		a.ask(true, node)
 	}
+}
+
+// absent is the nodes the pubsub's membership no longer lists (absent in
+// every pool group's Stats), or nil when Stats did not answer within a tick
+// (the actor waits no longer than that; the next heartbeat looks again).
+func (a *trackerActor) absent() map[string]bool {
+	ctx, cancel := context.WithTimeout(context.Background(), a.t.cfg.tick())
+	defer cancel()
+	groups, err := a.t.ps.Stats(ctx)
+	if err != nil || len(groups) == 0 {
+		return nil
+	}
+	count := map[string]int{}
+	for _, g := range groups {
+		for _, ns := range g.Nodes {
+			if ns.Absent {
+				count[ns.Node]++
+			}
+		}
+	}
+	out := map[string]bool{}
+	for node, n := range count {
+		out[node] = n == len(groups)
+	}
+	return out
 }
 
 // delivery is a message of some node's presence stream.

@@ -35,6 +35,7 @@ type replica struct {
 	heard    time.Time // last message from the node
 	asked    time.Time // last SyncRequest sent (syncing)
 	since    time.Time // when it started syncing
+	absent   bool      // the membership no longer lists the node
 	entries  map[string]*entry
 	part     *parts // the state being received, part by part
 }
@@ -271,4 +272,20 @@ func newEntry(node string, p *wire.Presence) *entry {
 		return nil
 	}
 	return &entry{node: node, topic: p.Topic, key: p.Key, ref: p.Ref, meta: p.Meta}
+}
+
+// left applies the membership: a node it stopped listing (absent in every
+// pool group's view) is down at once, its presences leave. Only the change
+// counts: a node that stays absent is not dropped again each time.
+func (rs *replicas) left(absent map[string]bool, d diffs) {
+	for node, r := range rs.nodes {
+		was := r.absent
+		r.absent = absent[node]
+		if r.absent && !was && r.state != down {
+			rs.log.Warn().Str("peer", node).Int("presences", len(r.entries)).
+				Msg("presence: node left the membership: its presences leave")
+			rs.drop(r, d)
+			r.state, r.part = down, nil
+		}
+	}
 }
