@@ -39,14 +39,17 @@
 //   - A tracked process that stops leaves: the tracker watches it.
 //   - A node whose tracker stops (Stop) says Goodbye: every other node drops
 //     its presences as soon as the Goodbye arrives.
+//   - A node the pubsub's membership stops listing (absent in every pool
+//     group's PubSub.Stats, looked at every HeartbeatInterval) has its
+//     presences dropped at once, with a Diff.
 //   - A node that disappears (kill -9, a partition, a frozen process) sends
-//     no heartbeat: every other node drops its presences, with a Diff, once
-//     it heard nothing from it for Config.DownAfter (the deadline: DownAfter
-//     after its last message, kept to within a tick of a tenth of the
-//     shortest of HeartbeatInterval and SyncRetry). When it comes back, its
-//     next message makes each replica ask for its state: a Diff restores
-//     its presences. A new process on that node is a new incarnation: what
-//     the old one tracked is dropped at its first message.
+//     no heartbeat: every other node drops its presences, with a Diff, when
+//     the membership drops it or, at the latest, DownAfter after its last
+//     message arrived (checked every tick: a tenth of the shorter of
+//     HeartbeatInterval and SyncRetry). When it comes back, its next
+//     message makes each replica ask for its state: a Diff restores its
+//     presences. A new process on that node is a new incarnation: what the
+//     old one tracked is dropped at its first message.
 //
 // A node that is slow rather than gone (a stall longer than DownAfter) is
 // dropped and restored in the same way: pick DownAfter above the longest
