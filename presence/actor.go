@@ -336,10 +336,12 @@ func (a *trackerActor) tick() {
 }
 
 // absent is the nodes the pubsub's membership no longer lists (absent in
-// every pool group's Stats), or nil when Stats did not answer within a tick
-// (the actor waits no longer than that; the next heartbeat looks again).
+// every pool group's Stats), or nil when Stats did not answer within half a
+// HeartbeatInterval (the actor waits no longer than that; the next
+// heartbeat looks again). Stats asks this node's producers, which answer
+// at once unless they are busy.
 func (a *trackerActor) absent() map[string]bool {
-	ctx, cancel := context.WithTimeout(context.Background(), a.t.cfg.tick())
+	ctx, cancel := context.WithTimeout(context.Background(), a.t.cfg.HeartbeatInterval/2)
 	defer cancel()
 	groups, err := a.t.ps.Stats(ctx)
 	if err != nil || len(groups) == 0 {
