@@ -113,7 +113,9 @@ func (a *trackerActor) Receive(ctx actor.Context) {
 	case *messages.Delivery:
 		a.delivery(m)
 	case *messages.CursorExpired:
-		a.ask(a.rs.expired(m.Node, time.Now()), m.Node)
+		if m.Node != a.t.ps.NodeName() { // this node's own stream is not followed: its tracker is the source
+			a.ask(a.rs.expired(m.Node, time.Now()), m.Node)
+		}
 	case *messages.BackPressure:
 		// The subscription is unbounded: this cannot happen. Were it to,
 		// messages from some node were dropped: resync with every node.
@@ -141,10 +143,15 @@ func (a *trackerActor) stop() error {
 }
 
 // send puts a change on the stream. Nothing is applied before it is
-// queued, so a node never holds a presence its peers will not hear of.
+// queued, so a node never holds a presence its peers will not hear of. It
+// waits for room in a full producer at most half of CallTimeout, so that a
+// caller is answered, yes or no, before its own wait ends (this node's
+// copy of the change comes back to the tracker, which skips its own).
 func (a *trackerActor) send(c *wire.Change) error {
 	c.Incarnation, c.Seq = a.inc, a.seq+1
-	if err := a.t.ps.BroadcastFrom(a.self, a.t.cfg.Topic, c); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), a.t.cfg.CallTimeout/2)
+	defer cancel()
+	if err := a.t.ps.BroadcastContext(ctx, a.self, a.t.cfg.Topic, c); err != nil {
 		return err
 	}
 	a.seq++
