@@ -372,10 +372,10 @@ func (a *trackerActor) absent() map[string]bool {
 // delivery is a message of some node's presence stream.
 func (a *trackerActor) delivery(m *messages.Delivery) {
 	if m.Node == a.t.ps.NodeName() {
-		return // this node's own (BroadcastFrom excludes only the actor)
+		return // this node's own: its tracker is the source
 	}
-	msg, ok := m.Message.(proto.Message)
-	if !ok || incarnation(msg) == 0 {
+	msg := m.Message
+	if incarnation(msg) == 0 {
 		// Undecodable, or not a tracker's message: whatever the node sent is
 		// not followed any more; ask it for its state.
 		a.t.log.Warn().Str("peer", m.Node).Str("type", fmt.Sprintf("%T", m.Message)).Msg("presence: not a presence message on the presence topic")
