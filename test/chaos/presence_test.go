@@ -13,8 +13,9 @@ import (
 
 // presenceSoak runs a short soak with a presence tracker and its churn on
 // every node (package presence): after each fault has settled, every live
-// node's List must equal the union of what the live nodes track.
-func presenceSoak(t *testing.T, bin string, kinds []string) *chaos.Result {
+// node's List must equal the union of what the live nodes track, within
+// within.
+func presenceSoak(t *testing.T, bin string, kinds []string, within time.Duration) *chaos.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -25,7 +26,7 @@ func presenceSoak(t *testing.T, bin string, kinds []string) *chaos.Result {
 		Messages: 2_000, Publishers: 1, Rate: 100, Subscribers: 1,
 		Kinds: kinds, Hold: 2 * time.Second, Settle: 1500 * time.Millisecond, Drain: 30 * time.Second,
 		Seed:              time.Now().UnixNano(),
-		PresenceDownAfter: 1500 * time.Millisecond, PresenceWithin: 15 * time.Second,
+		PresenceDownAfter: 1500 * time.Millisecond, PresenceWithin: within,
 	})
 	if err != nil {
 		t.Fatalf("the soak could not run: %v", err)
@@ -48,7 +49,7 @@ func TestSoakPresence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := presenceSoak(t, bin, chaos.AllFaults)
+	res := presenceSoak(t, bin, chaos.AllFaults, 15*time.Second)
 	if want := len(chaos.AllFaults) - len(res.Skipped) + 1; res.PresenceChecks < want {
 		t.Errorf("%d presence checks, want one per fault and one at the end (%d)", res.PresenceChecks, want)
 	}
@@ -76,8 +77,8 @@ func TestSoakCatchesLostPresenceDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(plant.Env, plant.PresenceLostDiff) // the node processes inherit it
-	res := presenceSoak(t, bin, []string{chaos.FaultProxyLatency})
+	t.Setenv(plant.Env, plant.PresenceLostDiff)                                   // the node processes inherit it
+	res := presenceSoak(t, bin, []string{chaos.FaultProxyLatency}, 5*time.Second) // a check that fails waits this long
 	if len(res.PresenceViolations) == 0 {
 		t.Fatalf("planted %s: every presence check passed", plant.PresenceLostDiff)
 	}
