@@ -77,8 +77,9 @@ func TestSoakCatchesLostPresenceDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(plant.Env, plant.PresenceLostDiff)                                   // the node processes inherit it
-	res := presenceSoak(t, bin, []string{chaos.FaultProxyLatency}, 5*time.Second) // a check that fails waits this long
+	t.Setenv(plant.Env, plant.PresenceLostDiff) // the node processes inherit it
+	// A check that fails waits 5 s.
+	res := presenceSoak(t, bin, []string{chaos.FaultProxyLatency}, 5*time.Second)
 	if len(res.PresenceViolations) == 0 {
 		t.Fatalf("planted %s: every presence check passed", plant.PresenceLostDiff)
 	}
