@@ -27,7 +27,8 @@
 //
 //   - echopubsub (this package): Start, PubSub (Broadcast family,
 //     Subscribe, Stats, Health, Stop), sessions (OpenSession, Ack,
-//     ReplaySession, requests), Config, the Store contract, RemoteConfig
+//     ReplaySession, requests), Config, durable streams (WithStore; the
+//     Store contract is package store, aliased here), RemoteConfig
 //     and TLS.
 //   - messages: wire, notice and report types. cluster, cluster/consul:
 //     membership (static list, Consul).
@@ -82,8 +83,8 @@
 // The instant the answer names lies between the node's Start call and its
 // return, and the worker answered after the probe was sent: so the producer
 // takes (probe sent - age) as the earliest that instant can be, and owes the
-// node every message stamped from then on. ringbuf's Join turns that into a
-// decision (messages from there, or Expired when an owed message was
+// node every message stamped from then on (ringbuf.JoinSince, the one home
+// of this rule). ringbuf's Join turns that into a decision (messages from there, or Expired when an owed message was
 // overwritten), and a join seeds the worker there. A join is idempotent and
 // names the worker incarnation it was computed for, and every answer carries
 // the worker's own cursor, so a late, duplicated or reordered Register,
@@ -100,17 +101,13 @@
 // age at the probe for the two clocks' rates (NTP slews each by at most
 // 500 ppm). A probe answered slowly (a request queued while the connection
 // was being made) is followed by another, up to five, and the tightest
-// bound is kept. Measured on loopback (2 loaded cores): a probe's round
-// trip 0.6..0.9 ms, up to 4 ms on a fresh connection, and Start about
-// 0.6 ms in-process, so only a Broadcast that returned within a few
-// milliseconds of Start being called is uncertain; creating and starting
-// an actor system's remote took 12 ms there
-// (TestLateNodeGetsNothingBroadcastBeforeItsStart). With three CPU-bound processes beside that
-// test, a probe's round trip reached 17 ms (median 0.3 ms) and the gap from
-// its last Broadcast before Start to the Start call was 2..46 ms, so the
-// node sometimes gets those messages as history (a 5.8 ms probe against a
-// 3.2 ms gap delivered all ten): the test asserts this bound, not their
-// absence.
+// bound is kept. A probe's round trip and Start each take about a
+// millisecond on loopback, so only a Broadcast that returned within a few
+// milliseconds of Start being called is uncertain; under heavy load the
+// round trip can exceed the gap, and the node then gets those messages as
+// history (TestLateNodeGetsNothingBroadcastBeforeItsStart asserts this
+// bound, not their absence). Measured: docs/benchmarks.md, "Figures behind
+// code comments".
 //
 // A producer hands a call to a node to protoactor only once the node's
 // address accepts a connection (before its first call, and after a failed

@@ -19,6 +19,7 @@ import (
 	"github.com/echopubsub/echopubsub/actors/stream"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/durable"
 	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/supervision"
@@ -144,9 +145,9 @@ type PubSub struct {
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
-	sess       *sessions   // acknowledged sessions (session.go)
-	dur        *durability // durable streams (store.go)
-	trim       *trimmer    // WithRetention (retention.go); nil without
+	sess       *sessions         // acknowledged sessions (session.go)
+	dur        *durable.Engine   // durable streams (internal/durable)
+	trim       *durable.TrimLoop // WithRetention (internal/durable/trimmer.go); nil without
 
 	stopOnce sync.Once
 	stopErr  error
@@ -193,17 +194,17 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, err
 	}
 	ps.dur = dur
-	if dur.retention != (Retention{}) {
-		ps.trim = startTrimmer(dur.store.(Trimmer), dur.retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
+	if dur.Retention != (Retention{}) {
+		ps.trim = durable.StartTrimLoop(dur.Store.(Trimmer), dur.Retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
 	}
 	return ps, nil
 }
 
-func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durability) (*PubSub, error) {
+func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durable.Engine) (*PubSub, error) {
 	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
-	if dur.store != nil {
-		dur.node, dur.timeout, dur.log = addr, max(cfg.CallTimeout, minStoreTimeout), rt.Log
-		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
+	if dur.Store != nil {
+		dur.Node, dur.Timeout, dur.Log = addr, max(cfg.CallTimeout, durable.MinStoreTimeout), rt.Log
+		if err := dur.LoadPredecessors(cfg.PoolSize); err != nil {
 			return nil, err
 		}
 		rt.Durable = dur
@@ -215,8 +216,8 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		rt.Metrics = m
 	}
-	dur.metrics = rt.Metrics
-	if dur.local() == nil {
+	dur.Metrics = rt.Metrics
+	if dur.Local() == nil {
 		rt.Log.Info().Msg("no node-local durable store: a producer incarnation of this node that ends before it reached a node cannot tell that node what it wrote for it (docs/operations.md, \"A producer that never reached a node\")")
 	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
@@ -442,24 +443,36 @@ func (ps *PubSub) Done() <-chan struct{} { return ps.rt.Done() }
 // ErrStopped after Stop, an error wrapping ErrStopped otherwise.
 func (ps *PubSub) Err() error { return ps.rt.Err() }
 
-// publish encodes msg once and hands it to the sender's producer (or, when
-// local, to this node's subscribers only). exclude skips the subscriber
-// from; onlyNode, when set, is the one node whose subscribers get it. wait
-// says how long to wait for room in a full producer.
-func (ps *PubSub) publish(wait core.Wait, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+// audience says which of topic's subscribers a publish reaches; the zero
+// value is every subscriber on every node (Broadcast).
+type audience struct {
+	// exceptFrom skips the subscriber from (the ...From calls).
+	exceptFrom bool
+	// thisNode hands the message to this node's subscribers only: not
+	// buffered, no cursor (LocalBroadcast).
+	thisNode bool
+	// onlyNode, when set, is the one node whose subscribers get it, through
+	// the buffered stream (DirectBroadcast).
+	onlyNode string
+}
+
+// publish encodes msg once and hands it to the sender's producer (or, for
+// to.thisNode, to this node's subscribers only). wait says how long to wait
+// for room in a full producer.
+func (ps *PubSub) publish(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience) error {
 	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
-	return ps.write(wait, from, topic, msg, exclude, local, onlyNode)
+	return ps.write(wait, from, topic, msg, to)
 }
 
 // write is publish without the reserved-topic check: the request/reply path
 // (sendToSession) writes to session inboxes through it, nothing else.
-func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto.Message, exclude, local bool, onlyNode string) error {
+func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}
-	if exclude && from == nil {
+	if to.exceptFrom && from == nil {
 		return fmt.Errorf("echopubsub: a ...From broadcast needs a sender PID")
 	}
 	// A value: the queue copies it (no allocation per Broadcast).
@@ -468,14 +481,14 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if err != nil {
 		return fmt.Errorf("%w (topic %q)", err, topic)
 	}
-	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, onlyNode, msg
-	if exclude {
+	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, to.onlyNode, msg
+	if to.exceptFrom {
 		w.Exclude = delivery.Key(from)
 	}
 	if err := ps.rt.CheckWrite(&w); err != nil {
 		return err
 	}
-	if local {
+	if to.thisNode {
 		ps.d.DeliverLocal(&w) // hands out msg, never the payload
 		return nil
 	}
@@ -489,7 +502,7 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 // be nil) picks the producer: one sender always hits the same one. This
 // node's subscribers receive msg itself: do not modify it afterwards.
 func (ps *PubSub) Broadcast(from *actor.PID, topic string, msg proto.Message) error {
-	return ps.publish(core.Wait{}, from, topic, msg, false, false, "")
+	return ps.publish(core.Wait{}, from, topic, msg, audience{})
 }
 
 // BroadcastContext is Broadcast with ctx bounding the wait for room in a
@@ -500,24 +513,24 @@ func (ps *PubSub) BroadcastContext(ctx context.Context, from *actor.PID, topic s
 	if ctx == nil {
 		return fmt.Errorf("echopubsub: BroadcastContext needs a context, got nil")
 	}
-	return ps.publish(core.Wait{Ctx: ctx}, from, topic, msg, false, false, "")
+	return ps.publish(core.Wait{Ctx: ctx}, from, topic, msg, audience{})
 }
 
 // BroadcastFrom is Broadcast to every subscriber but from.
 func (ps *PubSub) BroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
-	return ps.publish(core.Wait{}, from, topic, msg, true, false, "")
+	return ps.publish(core.Wait{}, from, topic, msg, audience{exceptFrom: true})
 }
 
 // LocalBroadcast sends msg to this node's subscribers of topic only. It is
 // not buffered and has no cursor.
 func (ps *PubSub) LocalBroadcast(topic string, msg proto.Message) error {
-	return ps.publish(core.Wait{}, nil, topic, msg, false, true, "")
+	return ps.publish(core.Wait{}, nil, topic, msg, audience{thisNode: true})
 }
 
 // LocalBroadcastFrom is LocalBroadcast to every subscriber but from (Phoenix's
 // local_broadcast_from).
 func (ps *PubSub) LocalBroadcastFrom(from *actor.PID, topic string, msg proto.Message) error {
-	return ps.publish(core.Wait{}, from, topic, msg, true, true, "")
+	return ps.publish(core.Wait{}, from, topic, msg, audience{exceptFrom: true, thisNode: true})
 }
 
 // DirectBroadcast sends msg to the subscribers of topic on node only, with
@@ -535,7 +548,7 @@ func (ps *PubSub) DirectBroadcastFrom(from *actor.PID, node, topic string, msg p
 	return ps.direct(from, node, topic, msg, true)
 }
 
-func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message, exclude bool) error {
+func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message, exceptFrom bool) error {
 	if err := ps.userTopic(topic); err != nil {
 		return err
 	}
@@ -548,7 +561,7 @@ func (ps *PubSub) direct(from *actor.PID, node, topic string, msg proto.Message,
 		}
 		return fmt.Errorf("%w: DirectBroadcast to %q", ErrNotMember, node)
 	}
-	return ps.publish(core.Wait{}, from, topic, msg, exclude, false, node)
+	return ps.publish(core.Wait{}, from, topic, msg, audience{exceptFrom: exceptFrom, onlyNode: node})
 }
 
 // Stats asks every producer of this node for its view: write cursor and,
@@ -620,7 +633,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 	}
 	ps.stopOnce.Do(func() {
 		ps.rt.Close()
-		ps.trim.stop() // no store call after Stop: the caller may close the store then
+		ps.trim.Stop() // no store call after Stop: the caller may close the store then
 		ps.drain(ctx)
 		var errs []error
 		if err := ps.membership.Stop(ctx); err != nil {
@@ -641,7 +654,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.stop(ps.rt)
-		ps.dur.stop() // after the tree: no worker writes to the store now
+		ps.dur.Stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

@@ -13,11 +13,9 @@ require (
 	go.opentelemetry.io/otel/metric v1.21.0
 	go.opentelemetry.io/otel/sdk/metric v1.21.0
 	go.uber.org/goleak v1.3.0
-	golang.org/x/mod v0.32.0
 	golang.org/x/net v0.50.0
 	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.36.12
-	pgregory.net/rapid v1.3.0
 )
 
 require (

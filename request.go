@@ -108,5 +108,5 @@ func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg prot
 	if !ps.rt.IsMember(node) {
 		return fmt.Errorf("%w: session %q is on %q", ErrNotMember, to, node)
 	}
-	return ps.write(core.Wait{}, nil, SessionInboxPrefix+to, sm, false, false, node)
+	return ps.write(core.Wait{}, nil, SessionInboxPrefix+to, sm, audience{onlyNode: node})
 }

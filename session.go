@@ -477,17 +477,17 @@ func (ps *PubSub) checkFrom(id, topic string, spec subSpec) error {
 	if _, _, err := ps.session(id); err != nil {
 		return err
 	}
-	if !ps.dur.durable(topic) {
+	if !ps.dur.IsDurable(topic) {
 		return fmt.Errorf("%w: WithFrom on %q", ErrNoStore, topic)
 	}
-	if auth := ps.dur.authorize; auth != nil {
+	if auth := ps.dur.Authorize; auth != nil {
 		if err := auth(id, topic); err != nil {
 			return fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, topic, err)
 		}
 	}
-	ctx, cancel := ps.dur.ctx()
+	ctx, cancel := ps.dur.Ctx()
 	defer cancel()
-	if _, _, err := ps.dur.store.Read(ctx, topic, spec.from, 1); err != nil {
+	if _, _, err := ps.dur.Store.Read(ctx, topic, spec.from, 1); err != nil {
 		return fmt.Errorf("echopubsub: WithFrom(%d) on %q: %w", spec.from, topic, err)
 	}
 	return nil

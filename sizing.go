@@ -28,13 +28,12 @@ const batchEntryBytes = 12
 
 // memoryHeadroom is what MemoryLimit adds to the live heap it expects: the
 // runtime's own structures, the pubsub's, and room for the garbage made
-// between two collections. A publishing node allocates about 300 B per
-// message at 10 B and 1.8 KB at 200 B (most of it protoactor copying each
-// batch twice per peer: its encoding and gRPC's frame), so this is a
-// collection every few tens of thousands of messages, each cheap: the
-// buffers hold no pointers, so the GC has nothing to mark in them. Measured
-// (docs/benchmarks.md, "Producer memory"): the GC's share of the node's CPU
-// went from 2.0 % to 3.5 % at 10 B and from 1.9 % to 10 % at 200 B.
+// between two collections. A publishing node allocates per message (most
+// of it protoactor copying each batch twice per peer: its encoding and
+// gRPC's frame), so 64 MiB is a collection every few tens of thousands of
+// messages, each cheap: the buffers hold no pointers, so the GC has nothing
+// to mark in them. What it allocates and what the limit costs in GC CPU:
+// docs/benchmarks.md, "Producer memory" and "Figures behind code comments".
 const memoryHeadroom = 64 << 20
 
 // MemoryLimit suggests a soft memory limit for a process that runs a pubsub

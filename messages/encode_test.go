@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/echopubsub/echopubsub/internal/prop"
 	"google.golang.org/protobuf/proto"
-	"pgregory.net/rapid"
 
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -16,29 +16,29 @@ import (
 // encoder reused after Reset gives the same as a new one.
 func TestBatchEncoderMatchesMarshal(t *testing.T) {
 	var reused messages.BatchEncoder
-	rapid.Check(t, func(t *rapid.T) {
-		str := rapid.SampledFrom([]string{"", "a", "topic", "bench", "x/y/z", string(make([]byte, 130))})
+	prop.Check(t, func(t *prop.T) {
+		str := prop.SampledFrom([]string{"", "a", "topic", "bench", "x/y/z", string(make([]byte, 130))})
 		h := messages.BatchHeader{
-			ProtocolVersion:     rapid.Uint32Range(0, 300).Draw(t, "version"),
+			ProtocolVersion:     prop.Uint32Range(0, 300).Draw(t, "version"),
 			PubsubName:          str.Draw(t, "name"),
 			ProducerNode:        str.Draw(t, "node"),
-			ProducerIncarnation: rapid.Uint64().Draw(t, "inc"),
-			Group:               rapid.Uint32().Draw(t, "group"),
-			FirstCursor:         rapid.Uint64().Draw(t, "first"),
+			ProducerIncarnation: prop.Uint64().Draw(t, "inc"),
+			Group:               prop.Uint32().Draw(t, "group"),
+			FirstCursor:         prop.Uint64().Draw(t, "first"),
 		}
 		want := &messages.Batch{ProtocolVersion: h.ProtocolVersion, PubsubName: h.PubsubName, ProducerNode: h.ProducerNode,
 			ProducerIncarnation: h.ProducerIncarnation, Group: h.Group, FirstCursor: h.FirstCursor}
 		var fresh messages.BatchEncoder
 		reused.Reset()
-		n := rapid.IntRange(0, 200).Draw(t, "entries")
+		n := prop.IntRange(0, 200).Draw(t, "entries")
 		for i := 0; i < n; i++ {
 			topic, typ := str.Draw(t, "topic"), str.Draw(t, "type")
 			// The length drawn on its own: a slice's is mostly small, and
 			// sizes of 128 and up are the columns' two-byte varints.
-			size := rapid.IntRange(0, 300).Draw(t, "size")
-			payload := rapid.SliceOfN(rapid.Byte(), size, size).Draw(t, "payload")
+			size := prop.IntRange(0, 300).Draw(t, "size")
+			payload := prop.SliceOfN(prop.Byte(), size, size).Draw(t, "payload")
 			exclude, only := str.Draw(t, "exclude"), str.Draw(t, "only")
-			stored := rapid.SampledFrom([]uint64{0, 1, 1 << 40}).Draw(t, "stored")
+			stored := prop.SampledFrom([]uint64{0, 1, 1 << 40}).Draw(t, "stored")
 			want.Add(topic, typ, payload, exclude, only, stored)
 			fresh.Add(topic, typ, payload, exclude, only, stored)
 			reused.Add(topic, typ, payload, exclude, only, stored)

@@ -3,7 +3,6 @@
 package presence_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +25,8 @@ import (
 
 // A child node: this test binary run as one node with a tracker, in its own
 // process, for kill -9. The parent passes a childSpec in childEnv; the child
-// writes internal/proc's "ready" line with its address and answers
+// speaks internal/proc's protocol (proc.Child): its "ready" line carries its
+// address, and it answers
 //
 //	track {topic, key} -> spawns a process and tracks it
 //
@@ -82,16 +82,10 @@ func runChild(specJSON string) int {
 		log.Error().Err(err).Msg("child: presence.New")
 		return 2
 	}
-	out := json.NewEncoder(os.Stdout)
-	_ = out.Encode(childEvent{Ev: "ready", Addr: system.Address()})
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var c childCommand
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			_ = out.Encode(childEvent{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", in.Text(), err)})
-			continue
-		}
-		reply := childEvent{Ev: "reply", ID: c.ID}
+	out := proc.NewChild(os.Stdout)
+	out.Send(childEvent{Ev: proc.EvReady, Addr: system.Address()})
+	for c := range proc.Commands[childCommand](out, os.Stdin) {
+		reply := childEvent{Ev: proc.EvReply, ID: c.ID}
 		switch c.Op {
 		case "track":
 			if err := tr.Track(system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {})), c.Topic, c.Key, nil); err != nil {
@@ -100,7 +94,7 @@ func runChild(specJSON string) int {
 		default:
 			reply.Err = fmt.Sprintf("unknown op %q", c.Op)
 		}
-		_ = out.Encode(reply)
+		out.Send(reply)
 	}
 	return 0
 }

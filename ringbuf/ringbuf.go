@@ -177,32 +177,6 @@ func (r *Ring[T]) Decide(next uint64) (Decision, error) {
 	}
 }
 
-// Join is the flush decision for a node that joins now and is owed every
-// message written at or after since (in WriteAt's clock), nothing before.
-// Messages and CaughtUp start at the first such message still buffered. For
-// Expired, a message the node is owed was overwritten: To is the write
-// cursor, where the node's cursor moves, and Missed is 0 because how many of
-// the overwritten messages were written after since is not known (at least
-// one was). O(log Cap()).
-func (r *Ring[T]) Join(since int64) Decision {
-	lo, hi := r.oldest(), r.write
-	if lo > 0 && r.evictedAt >= since {
-		return Decision{Kind: Expired, Lag: r.write - lo, From: lo, To: r.write}
-	}
-	for lo < hi { // first cursor in [lo, hi) written at or after since
-		mid := lo + (hi-lo)/2
-		if r.times[mid%uint64(len(r.slots))] >= since {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	if lo == r.write {
-		return Decision{Kind: CaughtUp, From: lo, To: lo}
-	}
-	return Decision{Kind: Messages, Lag: r.write - lo, From: lo, To: r.write}
-}
-
 // Span returns the messages with cursors from to to (exclusive), all still
 // buffered, as a then b (b empty unless the range wraps around the ring's
 // end), without copying: they alias the ring, so read them before the next

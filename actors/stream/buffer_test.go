@@ -8,7 +8,7 @@ import (
 
 	"github.com/echopubsub/echopubsub/internal/core"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 )
 
 // TestStoreAgainstModel: whatever is written, every buffered cursor reads
@@ -16,21 +16,21 @@ import (
 // and what the store keeps for overwritten messages (interned strings,
 // options, segments) is released with them.
 func TestStoreAgainstModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		capacity := rapid.IntRange(1, 40).Draw(t, "capacity")
+	prop.Check(t, func(t *prop.T) {
+		capacity := prop.IntRange(1, 40).Draw(t, "capacity")
 		s, err := newStore(capacity)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var all []core.Write
-		writes := rapid.IntRange(0, 300).Draw(t, "writes")
+		writes := prop.IntRange(0, 300).Draw(t, "writes")
 		for i := 0; i < writes; i++ {
 			e := core.Write{
-				Topic:       fmt.Sprintf("t%d", rapid.IntRange(0, 5).Draw(t, "topic")),
-				PayloadType: fmt.Sprintf("ty%d", rapid.IntRange(0, 2).Draw(t, "type")),
-				Payload:     bytes.Repeat([]byte{byte(i)}, rapid.IntRange(0, 3).Draw(t, "size")*rapid.IntRange(0, 40_000).Draw(t, "unit")),
+				Topic:       fmt.Sprintf("t%d", prop.IntRange(0, 5).Draw(t, "topic")),
+				PayloadType: fmt.Sprintf("ty%d", prop.IntRange(0, 2).Draw(t, "type")),
+				Payload:     bytes.Repeat([]byte{byte(i)}, prop.IntRange(0, 3).Draw(t, "size")*prop.IntRange(0, 40_000).Draw(t, "unit")),
 			}
-			if rapid.IntRange(0, 9).Draw(t, "extra") == 0 {
+			if prop.IntRange(0, 9).Draw(t, "extra") == 0 {
 				e.Exclude, e.OnlyNode = fmt.Sprintf("x%d", i), "n"
 			}
 			c, err := s.write(&e, int64(i))

@@ -107,11 +107,8 @@ type worker struct {
 // how long ago this node's Start returned, or 0 while Start still runs.
 // Either way the instant it names is not before Start was called (the
 // worker exists only from then) and not after Start returned. A producer
-// takes (probe sent - age) as the earliest the node may have started: so
-// every message broadcast after Start returned is owed to the node, and
-// one whose Broadcast returned before Start was called is history unless
-// the probe took longer to arrive than Start took to run ("Joined" in the
-// package doc).
+// turns it into the instant the node is owed messages from with
+// ringbuf.JoinSince, the join boundary's one home.
 func (w *worker) startedAgo() uint64 {
 	if w.ready == nil {
 		return uint64(time.Since(w.started))
@@ -217,7 +214,7 @@ func (w *worker) check(version uint32, name string, group uint32, node string) e
 	case version != messages.PreviousProtocolVersion && version != w.version:
 		// The wording is version 1's: a producer that gets it back without
 		// supported_versions knows the worker speaks version 1 only.
-		return fmt.Errorf("protocol version %d not supported (this node speaks %d)", version, w.version)
+		return &messages.VersionError{Version: version, Speaks: w.version}
 	case name != w.cfg.Name:
 		return fmt.Errorf("pubsub name %q does not match %q", name, w.cfg.Name)
 	case group != w.group:

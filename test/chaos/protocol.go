@@ -16,8 +16,11 @@
 package chaos
 
 import (
+	"io"
+	"os"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -183,4 +186,35 @@ type Event struct {
 	OwnPresence []string `json:"own_presence,omitempty"`
 	// counters (proxy).
 	Counters *ProxyCounters `json:"counters,omitempty"`
+}
+
+// NodeLoop is the command loop of a chaos node and of a session node
+// (test/e2e's sessionnode), after its ready line: until sig, the end of in
+// (the harness went away) or an OpQuit, it answers each command with
+// handle's Event as the command's reply and sends status() unasked every
+// StatusEvery; on the way out it calls stop once (before the quit's
+// reply, so that the reply says the node stopped) and returns its error.
+func NodeLoop(out *proc.Child, in io.Reader, sig <-chan os.Signal, handle func(Command) Event, status func() Event, stop func() error) error {
+	cmds := proc.Commands[Command](out, in)
+	tick := time.NewTicker(StatusEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sig:
+			return stop()
+		case <-tick.C:
+			out.Send(status())
+		case c, ok := <-cmds:
+			if !ok || c.Op == OpQuit {
+				err := stop()
+				if ok {
+					out.Send(Event{Ev: proc.EvReply, ID: c.ID})
+				}
+				return err
+			}
+			ev := handle(c)
+			ev.Ev, ev.ID = proc.EvReply, c.ID
+			out.Send(ev)
+		}
+	}
 }

@@ -159,48 +159,24 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	defer c.Close()
 	res := &Result{Faults: map[string]int{}, Confirmed: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
 		ExpiriesPerNode: map[string]int64{}, PeakHWMKB: map[string]int64{}}
-	kinds := []string{}
-	all := AllFaults
-	if len(o.Kinds) > 0 {
-		all = o.Kinds
-	}
-	for _, k := range all {
-		if needsNetns(k) && !o.Cluster.Netns {
-			res.Skipped = append(res.Skipped, k)
-			continue
-		}
-		kinds = append(kinds, k)
-	}
+	var kinds []string
+	kinds, res.Skipped = SplitKinds(o.Kinds, o.Cluster.Netns)
 	if err := c.WaitRegistered(30 * time.Second); err != nil {
 		return nil, fmt.Errorf("cluster did not form: %w", err)
 	}
 	res.SentBeforeFormed = c.Sent() // as of the nodes' last status reports: a lower bound
 	logf("soak: %d nodes publishing (%d publishers x %d msg/s each), netns=%v; %d messages broadcast before every producer had joined every node",
 		len(c.Nodes), o.Publishers, o.Rate, o.Cluster.Netns, res.SentBeforeFormed)
-	if err := sleepCtx(ctx, o.Settle); err != nil {
+	if err := Sleep(ctx, o.Settle); err != nil {
 		return nil, err
 	}
 	res.BaselineRSSKB = c.Nodes[0].Proc.Status().RSSKB
 
-	for n := 0; ; n++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if c.Sent() >= o.Messages && n >= len(kinds) {
-			break
-		}
-		kind := kinds[n%len(kinds)]
-		if err := runFault(ctx, c, o, rng, kind, res, pub); err != nil {
-			return nil, fmt.Errorf("fault %s: %w", kind, err)
-		}
-		res.Faults[kind]++
-		logf("soak: %s done; %d messages sent, %d violations so far (%.0fs)", kind, c.Sent(), len(c.Violations()), time.Since(start).Seconds())
-		if err := sleepCtx(ctx, o.Settle); err != nil {
-			return nil, err
-		}
-		if err := checkPresence(c, o, res, kind); err != nil {
-			return nil, err
-		}
+	faults := FaultLoop{Name: "soak", Kinds: kinds, Messages: o.Messages, Settle: o.Settle, Logf: o.Cluster.Logf,
+		Inject:  func(ctx context.Context, kind string) error { return runFault(ctx, c, o, rng, kind, res, pub) },
+		Settled: func(_ context.Context, kind string) error { return checkPresence(c, o, res, kind) }}
+	if err := faults.Run(ctx, c, res.Faults); err != nil {
+		return nil, err
 	}
 	if o.IsolateAtEnd > 0 {
 		if err := isolate(ctx, c, o, res); err != nil {
@@ -253,10 +229,9 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	}
 	c.mu.Unlock()
 	res.LiveViolations = len(c.Violations())
-	c.Close() // the race detector reports on exit, too; the records are complete
-	res.DataRaces = c.DataRaces()
 	// The verdict: every record, checked offline.
-	files, err := c.Records()
+	var files []RecordFile
+	res.DataRaces, files, err = SoakEnd(c)
 	if err != nil {
 		return nil, err
 	}
@@ -292,17 +267,6 @@ func subscribe(c *Cluster, i int, o SoakOptions, late bool) error {
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // hold waits d while sampling the RSS of every node but the excluded ones.
 func hold(ctx context.Context, c *Cluster, d time.Duration, res *Result, cut ...int) error {
 	deadline := time.Now().Add(d)
@@ -316,7 +280,7 @@ func hold(ctx context.Context, c *Cluster, d time.Duration, res *Result, cut ...
 				}
 			}
 		}
-		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+		if err := Sleep(ctx, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -552,7 +516,7 @@ func isolate(ctx context.Context, c *Cluster, o SoakOptions, res *Result) error 
 	}
 	deadline := time.Now().Add(o.IsolateAtEnd)
 	for time.Now().Before(deadline) {
-		if err := sleepCtx(ctx, time.Second); err != nil {
+		if err := Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 		res.IsolationRSSKB = append(res.IsolationRSSKB, c.Nodes[0].Proc.Status().RSSKB)

@@ -1,9 +1,9 @@
-package echopubsub
+package durable
 
 import (
 	"time"
 
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A producer incarnation that ends before it reached a node (the node was
@@ -26,11 +26,11 @@ import (
 const leaseNode = "\x00lease"
 
 // Leases implements core.Durable.
-func (d *durability) Leases() bool { return d.local() != nil }
+func (d *Engine) Leases() bool { return d.Local() != nil }
 
 // Lease implements core.Durable.
-func (d *durability) Lease(group uint32, incarnation uint64, until time.Time) error {
-	l := d.local()
+func (d *Engine) Lease(group uint32, incarnation uint64, until time.Time) error {
+	l := d.Local()
 	if l == nil {
 		return nil
 	}
@@ -38,22 +38,22 @@ func (d *durability) Lease(group uint32, incarnation uint64, until time.Time) er
 	if !until.IsZero() {
 		end = uint64(until.UnixNano())
 	}
-	ctx, cancel := d.ctx()
+	ctx, cancel := d.Ctx()
 	defer cancel()
-	return l.AppendAt(ctx, nil, core.ProducerPosition{Node: leaseNode, Group: group, Incarnation: incarnation, Next: end})
+	return l.AppendAt(ctx, nil, store.ProducerPosition{Node: leaseNode, Group: group, Incarnation: incarnation, Next: end})
 }
 
 // Earlier implements core.Durable.
-func (d *durability) Earlier(group uint32) (uint64, time.Time, bool) {
-	l := d.local()
+func (d *Engine) Earlier(group uint32) (uint64, time.Time, bool) {
+	l := d.Local()
 	if l == nil {
 		return 0, time.Time{}, false
 	}
-	ctx, cancel := d.ctx()
+	ctx, cancel := d.Ctx()
 	defer cancel()
 	pos, ok, err := l.Position(ctx, leaseNode, group)
 	if err != nil {
-		d.log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not read the earlier producer incarnation's lease: nodes it never reached are not told")
+		d.Log.Warn().Err(err).Uint32("group", group).Msg("durable streams: could not read the earlier producer incarnation's lease: nodes it never reached are not told")
 		return 0, time.Time{}, false
 	}
 	if !ok || pos.Incarnation == 0 {

@@ -1,4 +1,4 @@
-package echopubsub
+package durable
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A node-local store that fails (a full disk, an I/O error) does not stop
@@ -17,7 +18,7 @@ import (
 // messages can flow only if the durable ones around them do: the worker
 // delivers every batch to the node's subscribers, in order, whether its
 // rows were stored or not. What the store could not take is counted, per
-// stream and producer node, and becomes gap rows (RecordGap, Missed = the
+// stream and producer node, and becomes gap rows (store.RecordGap, Missed = the
 // exact count) in the first write that succeeds again, before any row
 // received after it: a replay tells the session where rows are missing
 // (StreamGap), never skips them silently. Meanwhile Health.Store, the
@@ -42,10 +43,10 @@ type posKey struct {
 	group uint32
 }
 
-// storeFault is what a node-local store could not take while its writes
-// failed, and since when. Held by the durability; its fields are guarded
+// fault is what a node-local store could not take while its writes
+// failed, and since when. Held by the Engine; its fields are guarded
 // by mu, and failing is read without it on the path of every batch.
-type storeFault struct {
+type fault struct {
 	failing atomic.Bool
 	mu      sync.Mutex
 	since   time.Time
@@ -58,15 +59,15 @@ type storeFault struct {
 	// position of each producer whose writes were not stored.
 	rows  map[gapKey]uint64
 	marks []localWrite
-	pos   map[posKey]core.ProducerPosition
+	pos   map[posKey]store.ProducerPosition
 	// unstored counts the rows not stored since the failure began.
 	unstored uint64
 }
 
-// StoreHealth is a node-local store that fails: what the node could not
-// store and why (Health.Store). Live delivery goes on; the rows not stored
+// Health is a node-local store that fails: what the node could not
+// store and why (echopubsub.Health.Store). Live delivery goes on; the rows not stored
 // become gap rows once the store takes writes again.
-type StoreHealth struct {
+type Health struct {
 	Failing bool      `json:"failing"`
 	Since   time.Time `json:"since"`
 	Error   string    `json:"error"`
@@ -75,8 +76,8 @@ type StoreHealth struct {
 	Unstored uint64 `json:"unstored"`
 }
 
-// storeHealth reports a failing store (nil: none, or it works).
-func (d *durability) storeHealth() *StoreHealth {
+// Health reports a failing store (nil: none, or it works).
+func (d *Engine) Health() *Health {
 	if d == nil || !d.fault.failing.Load() {
 		return nil
 	}
@@ -86,7 +87,7 @@ func (d *durability) storeHealth() *StoreHealth {
 	if !f.failing.Load() {
 		return nil
 	}
-	return &StoreHealth{Failing: true, Since: f.since, Error: f.err.Error(), Unstored: f.unstored}
+	return &Health{Failing: true, Since: f.since, Error: f.err.Error(), Unstored: f.unstored}
 }
 
 // localWrite is one write of the worker's to a node-local store: rows
@@ -94,21 +95,21 @@ func (d *durability) storeHealth() *StoreHealth {
 // producer's position. It sets each row's Cursor when stored.
 type localWrite struct {
 	rows []core.Row
-	mark *Record
-	pos  core.ProducerPosition
+	mark *store.Record
+	pos  store.ProducerPosition
 }
 
 // write does w on l. When the store fails, w is kept (counted, for gap
 // rows) and write returns nil: the worker goes on delivering. A closed
 // store is an error (the pubsub is stopping).
-func (d *durability) write(l core.LocalStore[Record], w localWrite) error {
+func (d *Engine) write(l store.LocalStore, w localWrite) error {
 	if d.fault.failing.Load() {
 		if done, err := d.writeFailing(l, w); done {
 			return err
 		}
 	}
 	err := d.writeNow(l, nil, w)
-	if err == nil || errors.Is(err, ErrStoreClosed) {
+	if err == nil || errors.Is(err, store.ErrStoreClosed) {
 		return err
 	}
 	d.fault.mu.Lock()
@@ -120,7 +121,7 @@ func (d *durability) write(l core.LocalStore[Record], w localWrite) error {
 // writeFailing is write while the store fails: w is kept until it is time
 // to try again, then written after what was kept. done false: the store
 // recovered meanwhile, write w as usual.
-func (d *durability) writeFailing(l core.LocalStore[Record], w localWrite) (done bool, err error) {
+func (d *Engine) writeFailing(l store.LocalStore, w localWrite) (done bool, err error) {
 	d.fault.mu.Lock()
 	defer d.fault.mu.Unlock()
 	switch {
@@ -135,8 +136,8 @@ func (d *durability) writeFailing(l core.LocalStore[Record], w localWrite) (done
 
 // writeNow writes gaps (gap rows first), then w, in one transaction, and
 // w.mark in its own (MarkGap).
-func (d *durability) writeNow(l core.LocalStore[Record], gaps []Record, w localWrite) error {
-	ctx, cancel := d.ctx()
+func (d *Engine) writeNow(l store.LocalStore, gaps []store.Record, w localWrite) error {
+	ctx, cancel := d.Ctx()
 	defer cancel()
 	if w.mark != nil {
 		if err := l.MarkGap(ctx, *w.mark, w.pos); err != nil {
@@ -148,7 +149,7 @@ func (d *durability) writeNow(l core.LocalStore[Record], gaps []Record, w localW
 	}
 	recs := gaps
 	for _, r := range w.rows {
-		recs = append(recs, Record{Stream: r.Topic, Kind: RecordMessage, Origin: w.pos.Node, PayloadType: r.PayloadType, Payload: r.Payload})
+		recs = append(recs, store.Record{Stream: r.Topic, Kind: store.RecordMessage, Origin: w.pos.Node, PayloadType: r.PayloadType, Payload: r.Payload})
 	}
 	if err := l.AppendAt(ctx, recs, w.pos); err != nil {
 		return err
@@ -160,30 +161,30 @@ func (d *durability) writeNow(l core.LocalStore[Record], gaps []Record, w localW
 }
 
 // failed starts (or extends) a failure with w. Called with fault.mu held.
-func (d *durability) failed(err error, w localWrite) {
+func (d *Engine) failed(err error, w localWrite) {
 	f := &d.fault
 	now := time.Now()
 	f.err, f.retryAt = err, now.Add(storeRetryInterval)
 	if !f.failing.Load() {
 		f.since = now
-		f.rows, f.pos, f.marks, f.unstored = map[gapKey]uint64{}, map[posKey]core.ProducerPosition{}, nil, 0
+		f.rows, f.pos, f.marks, f.unstored = map[gapKey]uint64{}, map[posKey]store.ProducerPosition{}, nil, 0
 		f.failing.Store(true)
-		d.metrics.StoreFailing(true)
-		d.log.Error().Err(err).Msg("durable store: writes fail: live delivery goes on; the durable rows received meanwhile are not stored and become gap rows once the store takes writes again")
+		d.Metrics.StoreFailing(true)
+		d.Log.Error().Err(err).Msg("durable store: writes fail: live delivery goes on; the durable rows received meanwhile are not stored and become gap rows once the store takes writes again")
 	}
 	d.keep(w)
 	d.armRetry()
 }
 
 // keep counts w for the gap rows. Called with fault.mu held.
-func (d *durability) keep(w localWrite) {
+func (d *Engine) keep(w localWrite) {
 	f := &d.fault
 	for i := range w.rows {
 		f.rows[gapKey{w.rows[i].Topic, w.pos.Node}]++
 		w.rows[i].Cursor, w.rows[i].Unstored = 0, true
 	}
 	f.unstored += uint64(len(w.rows))
-	d.metrics.StoreUnstored(len(w.rows))
+	d.Metrics.StoreUnstored(len(w.rows))
 	if w.mark != nil {
 		f.marks = append(f.marks, localWrite{mark: w.mark, pos: w.pos})
 	}
@@ -194,7 +195,7 @@ func (d *durability) keep(w localWrite) {
 
 // armRetry makes sure the store is tried again at retryAt even when no
 // batch comes. Called with fault.mu held.
-func (d *durability) armRetry() {
+func (d *Engine) armRetry() {
 	f := &d.fault
 	if f.timer != nil || f.stopped {
 		return
@@ -206,18 +207,18 @@ func (d *durability) armRetry() {
 		if f.stopped || !f.failing.Load() {
 			return
 		}
-		if l := d.local(); l != nil {
+		if l := d.Local(); l != nil {
 			_ = d.retry(l, localWrite{})
 		}
 	})
 }
 
 // retry writes what the failure kept, then w. Called with fault.mu held.
-func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
+func (d *Engine) retry(l store.LocalStore, w localWrite) error {
 	f := &d.fault
-	gaps := make([]Record, 0, len(f.rows))
+	gaps := make([]store.Record, 0, len(f.rows))
 	for k, n := range f.rows {
-		gaps = append(gaps, Record{Stream: k.stream, Kind: RecordGap, Origin: k.origin, Missed: n,
+		gaps = append(gaps, store.Record{Stream: k.stream, Kind: store.RecordGap, Origin: k.origin, Missed: n,
 			Reason: "this node's store could not write them: " + f.err.Error()})
 	}
 	sort.Slice(gaps, func(i, j int) bool {
@@ -247,7 +248,7 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 			err, wrote = d.writeNow(l, gaps, w), true
 		}
 	}
-	if errors.Is(err, ErrStoreClosed) {
+	if errors.Is(err, store.ErrStoreClosed) {
 		return err
 	}
 	if err != nil {
@@ -263,29 +264,29 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 
 // recovered ends a failure: every kept producer position but done's is
 // recorded, and the state cleared. Called with fault.mu held.
-func (d *durability) recovered(l core.LocalStore[Record], done core.ProducerPosition, gapRows int) {
+func (d *Engine) recovered(l store.LocalStore, done store.ProducerPosition, gapRows int) {
 	f := &d.fault
-	ctx, cancel := d.ctx()
+	ctx, cancel := d.Ctx()
 	defer cancel()
 	for k, p := range f.pos {
 		if (k != posKey{done.Node, done.Group}) {
 			if err := l.AppendAt(ctx, nil, p); err != nil { // a stale position costs a gap row too many, never one too few
-				d.log.Warn().Err(err).Str("producer", k.node).Msg("durable store: could not record a producer's position after the store recovered")
+				d.Log.Warn().Err(err).Str("producer", k.node).Msg("durable store: could not record a producer's position after the store recovered")
 			}
 		}
 	}
-	d.log.Warn().Uint64("unstored", f.unstored).Int("gap_rows", gapRows).Dur("failed_for_ms", time.Since(f.since)).
+	d.Log.Warn().Uint64("unstored", f.unstored).Int("gap_rows", gapRows).Dur("failed_for_ms", time.Since(f.since)).
 		Msg("durable store: writes succeed again: the rows not stored are marked with gap rows")
 	f.rows, f.pos, f.marks, f.unstored, f.err = nil, nil, nil, 0, nil
 	f.failing.Store(false)
-	d.metrics.StoreFailing(false)
+	d.Metrics.StoreFailing(false)
 }
 
 // published is Publish's word on this node's own append (err nil: it
 // succeeded). The caller gets the error; Health and the gauge show the
 // failure too, and an append that succeeds with nothing kept ends it
 // (with something kept, the next worker write or retry writes it first).
-func (d *durability) published(err error) {
+func (d *Engine) published(err error) {
 	var errno syscall.Errno // the file system's refusal (ENOSPC, EIO, ...), not a record the store refuses
 	if (err != nil && !errors.As(err, &errno)) || (err == nil && !d.fault.failing.Load()) {
 		return
@@ -297,17 +298,17 @@ func (d *durability) published(err error) {
 	case err != nil:
 		d.failed(err, localWrite{})
 	case f.failing.Load() && len(f.rows) == 0 && len(f.marks) == 0 && len(f.pos) == 0:
-		d.recovered(nil, core.ProducerPosition{}, 0)
+		d.recovered(nil, store.ProducerPosition{}, 0)
 	}
 }
 
 // flushFaults, for Publish: a store that failed writes the gap rows it
 // owes before this node's next own row, when it is time to try again.
-func (d *durability) flushFaults() {
+func (d *Engine) flushFaults() {
 	if !d.fault.failing.Load() {
 		return
 	}
-	l := d.local()
+	l := d.Local()
 	if l == nil {
 		return
 	}
@@ -320,7 +321,7 @@ func (d *durability) flushFaults() {
 
 // position is what l recorded for the producer of node's group, or, while
 // l fails, the position kept for it since.
-func (d *durability) position(l core.LocalStore[Record], node string, group uint32) (core.ProducerPosition, bool, error) {
+func (d *Engine) position(l store.LocalStore, node string, group uint32) (store.ProducerPosition, bool, error) {
 	if d.fault.failing.Load() {
 		d.fault.mu.Lock()
 		p, ok := d.fault.pos[posKey{node, group}]
@@ -329,14 +330,14 @@ func (d *durability) position(l core.LocalStore[Record], node string, group uint
 			return p, true, nil
 		}
 	}
-	ctx, cancel := d.ctx()
+	ctx, cancel := d.Ctx()
 	defer cancel()
 	return l.Position(ctx, node, group)
 }
 
 // stop ends the retry timer; what is still kept is logged: the positions
 // recorded before the failure make the next start mark it.
-func (d *durability) stop() {
+func (d *Engine) Stop() {
 	if d == nil {
 		return
 	}
@@ -349,7 +350,7 @@ func (d *durability) stop() {
 		f.timer = nil
 	}
 	if f.failing.Load() {
-		d.log.Error().Uint64("unstored", f.unstored).Err(f.err).
+		d.Log.Error().Uint64("unstored", f.unstored).Err(f.err).
 			Msg("durable store: stopping while writes fail: the rows not stored are marked with gap rows when this node starts again on this store")
 	}
 }

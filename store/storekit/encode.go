@@ -8,7 +8,7 @@ import (
 	"hash/crc32"
 	"time"
 
-	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // The record encoding's versions (its first byte), shared by the embedded
@@ -36,7 +36,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // uvarint-length-prefixed origin, payload type, payload and reason,
 // uvarint missed, and the CRC-32C (Castagnoli) of all of it before, 4
 // bytes big-endian.
-func AppendRecord(b []byte, r *echopubsub.Record) []byte {
+func AppendRecord(b []byte, r *store.Record) []byte {
 	start := len(b)
 	b = append(b, RecordFormat, byte(r.Kind))
 	var nanos uint64
@@ -53,13 +53,13 @@ func AppendRecord(b []byte, r *echopubsub.Record) []byte {
 }
 
 // RecordSize is an upper bound of what AppendRecord appends for r.
-func RecordSize(r *echopubsub.Record) int {
+func RecordSize(r *store.Record) int {
 	return 14 + 5*binary.MaxVarintLen64 + len(r.Origin) + len(r.PayloadType) + len(r.Payload) + len(r.Reason)
 }
 
 // Parsed is an encoded record's parts, pointing into the encoding.
 type Parsed struct {
-	Kind   echopubsub.RecordKind
+	Kind   store.RecordKind
 	Time   time.Time
 	Fields [4][]byte // origin, payload type, payload, reason
 	Missed uint64
@@ -100,7 +100,7 @@ func ParseRecord(b []byte) (Parsed, error) {
 			return p, ErrChecksum
 		}
 	}
-	p.Kind = echopubsub.RecordKind(b[1])
+	p.Kind = store.RecordKind(b[1])
 	if b[0] == RecordFormatV1 {
 		b = b[2:]
 	} else {
@@ -132,16 +132,16 @@ func ParseRecord(b []byte) (Parsed, error) {
 // checked what AppendRecord of this format wrote only (ParseChecked); the
 // payload is copied (b may be the storage's memory, valid only in its
 // transaction).
-func DecodeRecord(b []byte, checked bool) (echopubsub.Record, error) {
+func DecodeRecord(b []byte, checked bool) (store.Record, error) {
 	parse := ParseRecord
 	if checked {
 		parse = ParseChecked
 	}
 	p, err := parse(b)
 	if err != nil {
-		return echopubsub.Record{}, err
+		return store.Record{}, err
 	}
-	return echopubsub.Record{Kind: p.Kind, Time: p.Time, Origin: string(p.Fields[0]), PayloadType: string(p.Fields[1]),
+	return store.Record{Kind: p.Kind, Time: p.Time, Origin: string(p.Fields[0]), PayloadType: string(p.Fields[1]),
 		Reason: string(p.Fields[3]), Missed: p.Missed, Payload: append([]byte(nil), p.Fields[2]...)}, nil
 }
 
@@ -149,7 +149,7 @@ func DecodeRecord(b []byte, checked bool) (echopubsub.Record, error) {
 // the first cursor to read (from, or 1 for 0).
 func ReadFrom(ctx context.Context, from uint64, limit int) (uint64, error) {
 	if limit <= 0 {
-		return 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
+		return 0, fmt.Errorf("%w: Read limit %d", store.ErrBadLimit, limit)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -161,7 +161,7 @@ func ReadFrom(ctx context.Context, from uint64, limit int) (uint64, error) {
 // last cursor handed out), nil otherwise.
 func BeyondEnd(stream string, from, end uint64) error {
 	if from > end+1 {
-		return fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, end)
+		return fmt.Errorf("%w: stream %q cursor %d, end %d", store.ErrCursorBeyondEnd, stream, from, end)
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 // Package storekit is what this repository's Store implementations share
-// (store/bolt, store/postgres) and the root package does not export:
-// group commit and the record check.
+// (store/seglog, store/bolt, store/postgres), public so that a Store
+// written elsewhere can use it too: group commit (GroupCommit, and
+// SubmitLocal for a store.LocalStore), the record check (ValidateRecord),
+// the append time (Stamp), the record codec (AppendRecord, ParseRecord,
+// DecodeRecord), Read's argument checks (ReadFrom, BeyondEnd) and
+// Fdatasync. The contract itself is package store.
 package storekit
 
 import (
@@ -9,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // GroupCommit turns concurrent appends into group commits, for Store
@@ -54,14 +58,14 @@ func NewGroupCommitLinger[T any](commit func([]T) error, linger time.Duration) *
 
 // Submit queues v and waits until its commit returned (its error), or ctx
 // ended (ctx's error: the commit may still land). After Close it returns
-// echopubsub.ErrStoreClosed. The caller must not touch v until Submit returned nil or
+// store.ErrStoreClosed. The caller must not touch v until Submit returned nil or
 // an error of the commit; after a ctx error, v may still be read.
 func (g *GroupCommit[T]) Submit(ctx context.Context, v T) error {
 	it := groupItem[T]{v: v, err: make(chan error, 1)}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return echopubsub.ErrStoreClosed
+		return store.ErrStoreClosed
 	}
 	g.queue = append(g.queue, it)
 	select { // under mu: Close closes wake under mu

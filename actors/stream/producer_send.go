@@ -1,0 +1,338 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/echopubsub/echopubsub/internal/plant"
+	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/ringbuf"
+)
+
+// capacity warns (throttled by CapacityWarningInterval) when a node's lag
+// reaches CapacityWarningThreshold of the buffer: it is the slowest node
+// that crosses it first.
+func (p *producer) capacity(ctx actor.Context, pe *peer, lag uint64) {
+	if float64(lag) < p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize) ||
+		time.Since(p.lastWarn) < p.cfg.CapacityWarningInterval {
+		return
+	}
+	p.lastWarn = time.Now()
+	p.log.Warn().Str("peer", pe.m.Name).Uint64("lag", lag).Int("buffer_size", p.cfg.BufferSize).
+		Msg("buffer capacity warning: a node is far behind")
+	ctx.ActorSystem().EventStream.Publish(&messages.CapacityWarning{Pubsub: p.cfg.Name, Group: p.group,
+		Node: pe.m.Name, Lag: lag, Capacity: p.cfg.BufferSize})
+}
+
+// service sends pe what it needs next, if it can take it now. At most one
+// call is in flight per node, which keeps each node's stream in order.
+func (p *producer) service(ctx actor.Context, pe *peer) {
+	if pe.absent || pe.inFlight || pe.retrying {
+		return
+	}
+	if !pe.callable {
+		p.reach(ctx, pe)
+		return
+	}
+	if !pe.registered {
+		if pe.flight == 0 {
+			p.register(ctx, pe)
+		}
+		return
+	}
+	d, err := p.ring.Decide(pe.next)
+	if err != nil { // a cursor ahead of the write cursor: never set by us
+		p.log.Error().Err(err).Str("peer", pe.m.Name).Msg("read cursor ahead of write cursor: re-registering")
+		pe.next, pe.registered = p.ring.WriteCursor(), false
+		p.rewind(pe)
+		return
+	}
+	p.capacity(ctx, pe, d.Lag)
+	pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
+	p.watch(pe, d.Lag)
+	switch d.Kind {
+	case ringbuf.CaughtUp:
+		pe.due = false
+		if p.drainTo != nil && !pe.retired && pe.flight == 0 {
+			p.sendRetire(ctx, pe)
+		}
+	case ringbuf.Messages:
+		if pe.sent < d.From { // everything below next is acked: never resend it
+			pe.sent = d.From
+		}
+		for pe.sent < d.To && !pe.retrying { // a failed send stops the round
+			if p.partWaits(pe) {
+				break
+			}
+			if pe.flight >= p.window(pe) {
+				break // a full batch waits for a slot: the ack that frees one sends it
+			}
+			p.sendBatch(ctx, pe, ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: d.To})
+		}
+		if pe.sent >= d.To {
+			pe.due = false
+		}
+	case ringbuf.Expired:
+		if pe.flight == 0 { // what is in flight may still be acked: decide after it
+			p.sendExpire(ctx, pe, d)
+		}
+	}
+}
+
+// partWaits reports whether a part batch for pe (less than full, see full)
+// waits for the batches in flight to be acknowledged. With a BatchInterval
+// it does: under light load that makes fewer and fuller batches, and the
+// interval already bounds the wait. With BatchInterval 0 it goes as soon as
+// the window has room: the flush that sends it runs after the writes queued
+// in the mailbox (armFlush), which coalesces them, and waiting for the ack
+// in flight would add up to a round trip to every message published while a
+// batch is out: most of the tail had waited so (docs/benchmarks.md,
+// "Figures behind code comments").
+func (p *producer) partWaits(pe *peer) bool {
+	return p.cfg.BatchInterval > 0 && pe.flight > 0 && !p.full(pe)
+}
+
+// burstTail reports whether pe's part batch goes without waiting for the
+// flush: nothing is in flight and a full batch went since the last flush.
+// The load fills batches, so the window, not the interval, paces them; the
+// interval would only delay the part batch that ends the burst (a
+// repetition's last part batch waited up to BatchInterval, which cost a
+// BatchInterval throughput: docs/benchmarks.md, "Figures behind code
+// comments"). Under light load no batch is full and the interval batches
+// as before.
+func (p *producer) burstTail(pe *peer) bool {
+	return p.cfg.BatchInterval > 0 && pe.burst && pe.flight == 0 && pe.sent < p.ring.WriteCursor()
+}
+
+// rewind forgets what was sent past next: the next batch starts at next.
+// Answers to batches sent before count as acks only.
+func (p *producer) rewind(pe *peer) {
+	pe.sent = pe.next
+	pe.epoch++
+}
+
+// sendBatch sends the batch starting at d.From (== pe.sent) as one of the
+// peer's batches in flight. The worker takes a batch only at its next
+// cursor: one that arrives after a lost one is refused (OUT_OF_ORDER) and
+// the producer sends again from the worker's cursor, so the stream a worker
+// delivers has no hole, whatever the network dropped.
+func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
+	b := p.batch(d, p.speaks(pe))
+	target := d.From + uint64(b.n)
+	epoch := pe.epoch
+	pe.burst = pe.burst || b.full
+	pe.sentTo(target, b.size)
+	pe.flight++
+	pe.next = plant.Advance(pe.next, target)
+	sent := time.Now()
+	p.m.BatchesSent.Add(context.Background(), 1, pe.gauge.Attrs)
+	p.request(ctx, pe, b.wire, func(res interface{}, err error) {
+		pe.flight--
+		ack, ok := res.(*messages.BatchAck)
+		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OK {
+			rtt := time.Since(sent)
+			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
+			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
+			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: b.n, RoundTrip: rtt})
+			p.acked(pe, ack.NextCursor)
+			p.answered(pe)
+			// A slot is free: a full batch goes now; a part batch at the
+			// flush armFlush sends (BatchInterval 0: it runs after the
+			// writes queued meanwhile), or, with a BatchInterval, once
+			// nothing is in flight and a flush came for it (partWaits) or
+			// it ends a burst (burstTail).
+			if p.drainTo != nil || p.full(pe) || (pe.due && pe.flight == 0) || p.burstTail(pe) {
+				p.service(ctx, pe)
+			} else if pe.sent < p.ring.WriteCursor() {
+				p.armFlush(ctx)
+			}
+			return
+		}
+		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OUT_OF_ORDER {
+			// The worker missed a batch before this one: everything below its
+			// cursor is delivered, nothing from it on. The worker knows what
+			// its node got: send again from there (once per epoch).
+			if epoch == pe.epoch {
+				pe.next = min(ack.NextCursor, p.ring.WriteCursor())
+				p.rewind(pe)
+			} else {
+				p.acked(pe, ack.NextCursor)
+			}
+			p.service(ctx, pe)
+			return
+		}
+		if epoch != pe.epoch {
+			// A batch sent before the last rewind: its failure is handled.
+			// The last one back lets a waiting register or expire go.
+			if pe.flight == 0 {
+				p.service(ctx, pe)
+			}
+			return
+		}
+		p.rewind(pe)
+		if err == nil {
+			p.nack(pe, res)
+			err = fmt.Errorf("%s", pe.lastErr)
+		}
+		p.failed(ctx, pe, err)
+	})
+}
+
+// acked advances pe's cursor to what the worker says it delivered.
+func (p *producer) acked(pe *peer, workerNext uint64) {
+	n := workerNext
+	if n > p.ring.WriteCursor() { // trusted only within what was written
+		n = p.ring.WriteCursor()
+	}
+	if n > pe.next {
+		pe.next = n
+	}
+	if pe.sent < pe.next {
+		pe.sent = pe.next
+	}
+	// The lag gauge and the stall watch see the ack now: the ack of the
+	// last batch is not followed by a service call when nothing is left
+	// (the gauge kept the lag it had at the send, and an idle, caught-up
+	// peer showed as stalled).
+	if d, err := p.ring.Decide(pe.next); err == nil {
+		pe.gauge.SetLag(d.Lag, p.cfg.BufferSize)
+		p.watch(pe, d.Lag)
+	}
+}
+
+// full reports whether a full batch is buffered for pe past what was sent:
+// MaxBatchMessages entries, or MaxBatchBytes worth. Such a batch goes as
+// soon as the window has room; BatchInterval bounds only how long a part
+// batch waits.
+func (p *producer) full(pe *peer) bool {
+	w := p.ring.WriteCursor()
+	if pe.sent >= w {
+		return false
+	}
+	if w-pe.sent >= uint64(p.cfg.MaxBatchMessages) {
+		return true
+	}
+	if pe.mark != pe.sent {
+		// sent moved other than by a batch (a join, a rewind, an ack past
+		// it): count its bytes again, fewer than MaxBatchMessages entries.
+		size := uint64(0)
+		for c := pe.sent; c < w; c++ {
+			topic, _, payload, ex, err := p.buf.at(c)
+			if err != nil { // overwritten: Decide sends Expire, not a batch
+				return false
+			}
+			size += uint64(entrySize(topic, payload, ex.exclude, ex.onlyNode))
+		}
+		pe.mark, pe.markSize = pe.sent, p.buf.size-size
+	}
+	return p.buf.size-pe.markSize >= uint64(p.cfg.MaxBatchBytes)
+}
+
+// sentTo moves pe's sent to target past a batch of size bytes (entrySize
+// summed), keeping the byte mark at sent.
+func (pe *peer) sentTo(target uint64, size int) {
+	if pe.mark == pe.sent {
+		pe.mark, pe.markSize = target, pe.markSize+uint64(size)
+	}
+	pe.sent = target
+}
+
+// outBatch is a batch as sent: its range, its size (entrySize summed) and
+// its encoding in one protocol version. Never modified once built.
+type outBatch struct {
+	first, inc uint64
+	n, size    int
+	version    uint32
+	// full: cut by MaxBatchMessages or MaxBatchBytes, not by the write
+	// cursor: any decision from first that reaches past it gets the same.
+	full bool
+	wire *messages.Batch // messages.Encoded
+}
+
+// batch returns the batch for decision d in protocol version version: from
+// d.From, as many entries as MaxBatchMessages and MaxBatchBytes allow (at
+// least one), encoded once. Nodes that need the same range share it (see
+// recent).
+func (p *producer) batch(d ringbuf.Decision, version uint32) *outBatch {
+	for _, b := range p.recent {
+		if b != nil && b.first == d.From && b.inc == p.inc && b.version == version &&
+			(b.first+uint64(b.n) == d.To || b.full && b.first+uint64(b.n) <= d.To) {
+			return b
+		}
+	}
+	b := &outBatch{first: d.From, inc: p.inc, version: version}
+	p.enc.Reset()
+	to := min(d.To, d.From+uint64(p.cfg.MaxBatchMessages))
+	b.full = to-d.From == uint64(p.cfg.MaxBatchMessages) // any longer decision gets the same
+	// The ring's records in one or two runs: no per-cursor At (reading the
+	// buffer back was a visible share of a publishing node's CPU:
+	// docs/benchmarks.md, "Figures behind code comments").
+	runA, runB, err := p.ring.Span(d.From, to)
+	if err != nil { // never for a decision the ring made: an empty batch, not cached
+		p.log.Error().Err(err).Msg("decided messages not buffered")
+		b.full = false
+	}
+	c := d.From
+entries:
+	for _, run := range [2][]record{runA, runB} {
+		for _, rec := range run {
+			topic, typ, payload, ex := p.buf.entry(c, rec)
+			sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
+			if p.enc.Len() > 0 && b.size+sz > p.cfg.MaxBatchBytes {
+				b.full = true
+				break entries
+			}
+			p.enc.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
+			b.size += sz
+			c++
+		}
+	}
+	b.n = p.enc.Len()
+	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
+		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From}))
+	if err != nil {
+		return b
+	}
+	if p.recent == nil {
+		p.recent = make([]*outBatch, max(p.cfg.MaxBatchesInFlight, 1))
+	}
+	p.recent[p.recentAt] = b
+	p.recentAt = (p.recentAt + 1) % len(p.recent)
+	return b
+}
+
+// window is the batches pe may have in flight: one for a version 1 worker,
+// which takes a batch past its cursor as a gap (told, but a loss) where a
+// current one refuses it for a resend.
+func (p *producer) window(pe *peer) int {
+	if p.speaks(pe) == messages.PreviousProtocolVersion {
+		return 1
+	}
+	return p.cfg.MaxBatchesInFlight
+}
+
+func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
+	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,
+		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
+	p.log.Warn().Str("peer", pe.m.Name).Uint64("missed", d.Missed).Uint64("overwritten", d.Overwritten).Msg("node fell behind the buffer: sending cursor expired")
+	p.call(ctx, pe, req, func(res interface{}) bool {
+		ack, ok := res.(*messages.BatchAck)
+		if !ok || ack.Status != messages.AckStatus_ACK_STATUS_OK {
+			return p.nack(pe, res)
+		}
+		if d.To > pe.next {
+			pe.next = d.To
+		}
+		// Counted only when this Expire told the node (a retried one whose
+		// first ack was lost was told then); a version 1 worker does not
+		// say, and tells every Expire that moves its cursor.
+		if ack.ExpiredTold || p.speaks(pe) == messages.PreviousProtocolVersion {
+			p.expired(ctx, pe, d.Missed, d.Overwritten)
+		}
+		p.service(ctx, pe)
+		return true
+	})
+}
