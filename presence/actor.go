@@ -35,6 +35,9 @@ type (
 	}
 	reply struct{ err error }
 	tick  struct{}
+	// absentNodes is a look at the membership: the nodes it no longer
+	// lists (nil: Stats did not answer in time).
+	absentNodes struct{ nodes map[string]bool }
 )
 
 // local is a presence this node tracks.
@@ -66,6 +69,7 @@ type trackerActor struct {
 	cancel   scheduler.CancelFunc
 	lastBeat time.Time
 	lastSeen time.Time // last look at the membership
+	looking  bool      // a look is under way
 	stopping bool
 }
 
@@ -110,6 +114,8 @@ func (a *trackerActor) Receive(ctx actor.Context) {
 		a.terminated(m.Who)
 	case *tick:
 		a.tick()
+	case *absentNodes:
+		a.membership(m)
 	case *messages.Delivery:
 		a.delivery(m)
 	case *messages.CursorExpired:
@@ -322,18 +328,14 @@ func (a *trackerActor) tick() {
 			a.t.log.Warn().Err(err).Msg("presence: heartbeat not sent")
 		}
 	}
-	var absent map[string]bool
-	if now.Sub(a.lastSeen) >= a.t.cfg.HeartbeatInterval {
-		a.lastSeen = now
-		absent = a.absent()
+	if !a.looking && now.Sub(a.lastSeen) >= a.t.cfg.HeartbeatInterval {
+		a.lastSeen, a.looking = now, true
+		go a.lookAtMembership() // ends within HeartbeatInterval/2; answers with *absentNodes
 	}
 	d := diffs{}
 	// DownAfter less one tick: a node is down by DownAfter after its last
 	// message, not up to a tick later.
 	a.t.v.mu.Lock()
-	if absent != nil {
-		a.rs.left(absent, d)
-	}
 	ask := a.rs.check(now, a.t.cfg.DownAfter-a.t.cfg.tick(), a.t.cfg.SyncRetry, d)
 	a.t.v.mu.Unlock()
 	a.tell(d)
@@ -342,31 +344,51 @@ func (a *trackerActor) tick() {
 	}
 }
 
-// absent is the nodes the pubsub's membership no longer lists (absent in
-// every pool group's Stats), or nil when Stats did not answer within half a
-// HeartbeatInterval (the actor waits no longer than that; the next
-// heartbeat looks again). Stats asks this node's producers, which answer
-// at once unless they are busy.
-func (a *trackerActor) absent() map[string]bool {
+// lookAtMembership sends the tracker the nodes the pubsub's membership no
+// longer lists (absent in every pool group's Stats). It runs on its own
+// goroutine, owned by the tracker (one at a time, ended by its timeout):
+// Stats asks this node's producers, which may be busy calling an
+// unreachable node, and the tracker must not wait for them. When Stats
+// does not answer within half a HeartbeatInterval, the next look tries
+// again.
+func (a *trackerActor) lookAtMembership() {
 	ctx, cancel := context.WithTimeout(context.Background(), a.t.cfg.HeartbeatInterval/2)
 	defer cancel()
 	groups, err := a.t.ps.Stats(ctx)
-	if err != nil || len(groups) == 0 {
-		return nil
-	}
-	count := map[string]int{}
-	for _, g := range groups {
-		for _, ns := range g.Nodes {
-			if ns.Absent {
-				count[ns.Node]++
+	msg := &absentNodes{}
+	if err == nil && len(groups) > 0 {
+		count := map[string]int{}
+		for _, g := range groups {
+			for _, ns := range g.Nodes {
+				if ns.Absent {
+					count[ns.Node]++
+				}
 			}
 		}
+		msg.nodes = map[string]bool{}
+		for node, n := range count {
+			msg.nodes[node] = n == len(groups)
+		}
 	}
-	out := map[string]bool{}
-	for node, n := range count {
-		out[node] = n == len(groups)
+	select {
+	case <-a.t.done: // stopped meanwhile: no one to tell
+	default:
+		a.t.system.Root.Send(a.self, msg)
 	}
-	return out
+}
+
+// membership applies a look at the membership (nil nodes: Stats did not
+// answer).
+func (a *trackerActor) membership(m *absentNodes) {
+	a.looking = false
+	if m.nodes == nil {
+		return
+	}
+	d := diffs{}
+	a.t.v.mu.Lock()
+	a.rs.left(m.nodes, d)
+	a.t.v.mu.Unlock()
+	a.tell(d)
 }
 
 // delivery is a message of some node's presence stream.
