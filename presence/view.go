@@ -19,7 +19,8 @@ type Meta struct {
 // join or leave, keyed by presence key (Phoenix's presence_diff). An Update
 // is a leave of the old ref and a join of the new one in the same Diff.
 // Joins and leaves are by ref, so applying a Diff twice, or a Diff that
-// repeats what List returned, changes nothing.
+// repeats what List returned, changes nothing. Every subscriber of the
+// topic gets the same *Diff: do not modify it.
 type Diff struct {
 	Topic  string
 	Joins  map[string][]Meta
