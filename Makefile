@@ -39,7 +39,7 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant soak-sessions bench bench-memory bench-scale bench-durable
+.PHONY: test lint vet tidy deps soak-long soak-plant soak-sessions bench bench-memory bench-scale bench-durable bench-presence
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
@@ -111,6 +111,11 @@ bench:
 # "Producer memory" of docs/benchmarks.md (issue 26 item 4; ~3 minutes).
 bench-memory:
 	cd $(E2E) && $(GO) run ./bench -memory -memlimit off,auto,auto+64MiB -doc ../../docs/benchmarks.md
+
+# The cost of presence at 100,000 presences over 3 nodes (docs/benchmarks.md,
+# "Presence"): one run, about a minute.
+bench-presence:
+	@uptime; $(ROOT) test -run '^$$' -bench Presence100k -benchtime 1x -timeout 10m ./presence/ | grep -v 'logger.go'
 
 # The cost of a large cluster (docs/scaling.md): N full-mesh nodes in one process.
 bench-scale:

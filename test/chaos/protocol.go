@@ -30,6 +30,13 @@ const Topic = "chaos"
 // SessionTopic is the durable topic of the session soak (test/e2e).
 const SessionTopic = "sessions"
 
+// PresenceTracked is about how many presences each chaos node's churn
+// keeps on Topic, and PresenceStepEvery how often it changes one.
+const (
+	PresenceTracked   = 20
+	PresenceStepEvery = 50 * time.Millisecond
+)
+
 // StatusEvery is how often a node reports its status unasked.
 const StatusEvery = 500 * time.Millisecond
 
@@ -48,7 +55,7 @@ type Command struct {
 	Publishers int `json:"publishers,omitempty"`
 	Rate       int `json:"rate,omitempty"`
 	Pad        int `json:"pad,omitempty"`
-	// crash: "producer" or "worker".
+	// crash: "producer" or "worker"; presence: "pause", "resume", "list".
 	What string `json:"what,omitempty"`
 	// behind, finish: what each publisher sent.
 	Sent []PubInfo `json:"sent,omitempty"`
@@ -82,6 +89,12 @@ const (
 	// committing and acking (test/e2e's owner_hardqueue fault: the library
 	// closes it at HardQueue); with What "resume", go on.
 	OpStall = "stall"
+	// OpPresence drives a node's presence churn (nodes started with
+	// -presence-down-after): Command.What "pause" stops its changes (the
+	// one under way completes first), "resume" goes on, "list" reports
+	// what the node lists (Event.Presence) and which of it is its own
+	// (Event.OwnPresence).
+	OpPresence = "presence"
 	// Proxy ops.
 	OpRoute    = "route"
 	OpMode     = "mode"
@@ -167,6 +180,10 @@ type Event struct {
 	// sessions: the node's owners and its store's last cursor.
 	Owners   []OwnerInfo `json:"owners,omitempty"`
 	StoreEnd uint64      `json:"store_end,omitempty"`
+	// presence, list: every presence the node lists on Topic and the ones
+	// it tracks itself, each "key@node#ref map[meta]", sorted.
+	Presence    []string `json:"presence,omitempty"`
+	OwnPresence []string `json:"own_presence,omitempty"`
 	// counters (proxy).
 	Counters *ProxyCounters `json:"counters,omitempty"`
 }

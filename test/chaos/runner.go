@@ -45,6 +45,9 @@ type FaultLoop struct {
 	Inject func(ctx context.Context, kind string) error
 	// Logf, when set, gets a line per fault.
 	Logf func(format string, args ...interface{})
+	// Settled, when set, runs after each fault's Settle (the presence
+	// soak's check); an error ends the run.
+	Settled func(ctx context.Context, kind string) error
 }
 
 // Run runs the loop on c and counts each kind it injected in done.
@@ -71,6 +74,11 @@ func (f FaultLoop) Run(ctx context.Context, c *Cluster, done map[string]int) err
 		}
 		if err := Sleep(ctx, f.Settle); err != nil {
 			return err
+		}
+		if f.Settled != nil {
+			if err := f.Settled(ctx, kind); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -71,6 +71,13 @@ type SoakOptions struct {
 	// samples the first node's RSS: the memory of a producer whose peer is
 	// partitioned.
 	IsolateAtEnd time.Duration
+	// PresenceDownAfter, when > 0, runs a presence tracker and its churn on
+	// every node (chaosnode -presence-down-after) and, after each fault has
+	// settled and at the end, checks that every live node's List equals the
+	// union of what the live nodes track (Result.PresenceViolations),
+	// waiting at most PresenceWithin for it.
+	PresenceDownAfter time.Duration
+	PresenceWithin    time.Duration
 }
 
 // Result is what a soak measured.
@@ -103,6 +110,12 @@ type Result struct {
 	// LiveViolations is what the nodes' live checkers reported (progress
 	// only; the record is the verdict).
 	LiveViolations int
+	// PresenceChecks is how many times (after each fault, and at the end)
+	// every live node's presence list was compared with the union of live
+	// tracks; PresenceViolations, each time they did not agree within
+	// SoakOptions.PresenceWithin.
+	PresenceChecks     int
+	PresenceViolations []string
 }
 
 // RunSoak starts a cluster, publishes from every node while injecting each
@@ -122,6 +135,16 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	// joining node what was written after that node's Start).
 	pub := Command{Op: OpPublish, Publishers: o.Publishers, Rate: o.Rate, Pad: o.Pad}
 	copt := o.Cluster
+	if o.PresenceDownAfter > 0 {
+		args := copt.NodeArgs
+		copt.NodeArgs = func(nd *NodeProc) []string {
+			var a []string
+			if args != nil {
+				a = args(nd)
+			}
+			return append(a, "-presence-down-after", o.PresenceDownAfter.String())
+		}
+	}
 	copt.Started = func(c *Cluster, i int) error {
 		if err := subscribe(c, i, o, false); err != nil {
 			return err
@@ -150,7 +173,8 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	res.BaselineRSSKB = c.Nodes[0].Proc.Status().RSSKB
 
 	faults := FaultLoop{Name: "soak", Kinds: kinds, Messages: o.Messages, Settle: o.Settle, Logf: o.Cluster.Logf,
-		Inject: func(ctx context.Context, kind string) error { return runFault(ctx, c, o, rng, kind, res, pub) }}
+		Inject:  func(ctx context.Context, kind string) error { return runFault(ctx, c, o, rng, kind, res, pub) },
+		Settled: func(_ context.Context, kind string) error { return checkPresence(c, o, res, kind) }}
 	if err := faults.Run(ctx, c, res.Faults); err != nil {
 		return nil, err
 	}
@@ -160,6 +184,12 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 		}
 	}
 
+	if err := c.HealNet(); err != nil {
+		return nil, err
+	}
+	if err := checkPresence(c, o, res, "the end"); err != nil {
+		return nil, err
+	}
 	// Quiesce: heal, stop publishing, wait until every live subscriber has
 	// everything or was told, then the tail check.
 	if err := c.HealNet(); err != nil {
@@ -540,6 +570,13 @@ func (r *Result) Summary() string {
 	if len(r.IsolationRSSKB) > 0 {
 		s += fmt.Sprintf("rss of n0 each second while the last node was cut off: %v KiB\n", r.IsolationRSSKB)
 	}
+	if r.PresenceChecks > 0 {
+		s += fmt.Sprintf("presence: %d checks of every node's list against the union of live tracks, %d failed\n",
+			r.PresenceChecks, len(r.PresenceViolations))
+		for _, v := range r.PresenceViolations {
+			s += "  presence " + v + "\n"
+		}
+	}
 	for i, v := range r.Violations {
 		if i == 20 {
 			s += fmt.Sprintf("... %d more violations\n", len(r.Violations)-20)
@@ -561,4 +598,69 @@ func ipAvailable() bool {
 		}
 	}
 	return false
+}
+
+// checkPresence (with SoakOptions.PresenceDownAfter) pauses every live
+// node's presence churn and waits until each node's List equals the union
+// of what the live nodes track themselves: no zombie of a killed or cut
+// node, no presence missing. A disagreement past PresenceWithin is a
+// violation; an error means the check could not run.
+func checkPresence(c *Cluster, o SoakOptions, res *Result, after string) error {
+	if o.PresenceDownAfter <= 0 {
+		return nil
+	}
+	live := c.Live()
+	for _, nd := range live {
+		if _, err := nd.Proc.Call(Command{Op: OpPresence, What: "pause"}, 15*time.Second); err != nil {
+			return fmt.Errorf("presence pause on %s: %w", nd.Name, err)
+		}
+	}
+	res.PresenceChecks++
+	err := poll(o.PresenceWithin, func() (bool, string) {
+		var union []string
+		lists := make([][]string, len(live))
+		for i, nd := range live {
+			ev, err := nd.Proc.Call(Command{Op: OpPresence, What: "list"}, 15*time.Second)
+			if err != nil {
+				return false, err.Error()
+			}
+			union = append(union, ev.OwnPresence...)
+			lists[i] = ev.Presence
+		}
+		sort.Strings(union)
+		for i, nd := range live {
+			if missing, extra := setDiff(union, lists[i]), setDiff(lists[i], union); len(missing)+len(extra) > 0 {
+				return false, fmt.Sprintf("%s lists %d presences, the live nodes track %d: missing %v, extra (zombies) %v",
+					nd.Name, len(lists[i]), len(union), clipStrings(missing), clipStrings(extra))
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		res.PresenceViolations = append(res.PresenceViolations, fmt.Sprintf("after %s: %v", after, err))
+	}
+	for _, nd := range live {
+		if _, err := nd.Proc.Call(Command{Op: OpPresence, What: "resume"}, 15*time.Second); err != nil {
+			return fmt.Errorf("presence resume on %s: %w", nd.Name, err)
+		}
+	}
+	return nil
+}
+
+// setDiff is what a holds and b does not (both sorted).
+func setDiff(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if i := sort.SearchStrings(b, s); i == len(b) || b[i] != s {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func clipStrings(s []string) []string {
+	if len(s) > 3 {
+		return append(s[:3:3], fmt.Sprintf("... %d more", len(s)-3))
+	}
+	return s
 }

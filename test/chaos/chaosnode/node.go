@@ -29,6 +29,7 @@ type nodeFlags struct {
 	name, listen, advertise, peers, level, record string
 	incarnation, buffer, pool                     int
 	batch, callTimeout, retry                     time.Duration
+	presenceDownAfter                             time.Duration
 }
 
 type node struct {
@@ -42,9 +43,10 @@ type node struct {
 
 	out *proc.Child
 
-	pubs chaos.Publishers
-	mu   sync.Mutex // subs
-	subs int
+	pubs     chaos.Publishers
+	presence *churn     // nil without -presence-down-after
+	mu       sync.Mutex // subs
+	subs     int
 }
 
 func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) error {
@@ -107,12 +109,22 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 		log.Error().Str("violation", v.String()).Msg("chaos: guarantee violated")
 		n.out.Send(chaos.Event{Ev: "violation", Violation: &v})
 	}
+	if cfg.presenceDownAfter > 0 {
+		if n.presence, err = startChurn(n, pcfg, peers, cfg.presenceDownAfter); err != nil {
+			return err
+		}
+	}
 	n.out.Send(chaos.Event{Ev: proc.EvReady, Addr: system.Address()})
 	return chaos.NodeLoop(n.out, in, sig, n.handle, func() chaos.Event { return n.status(false) }, n.stop)
 }
 
 func (n *node) stop() error {
 	n.pubs.Stop()
+	if n.presence != nil {
+		if err := n.presence.close(); err != nil {
+			n.log.Warn().Err(err).Msg("chaos: presence tracker stop")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.ps.Stop(ctx)
@@ -149,6 +161,11 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 	case chaos.OpSkip:
 		n.pubs.Skip()
 		return chaos.Event{}
+	case chaos.OpPresence:
+		if n.presence == nil {
+			return chaos.Event{Err: "presence: this node runs no tracker (-presence-down-after)"}
+		}
+		return n.presence.handle(c.What)
 	case chaos.OpCrash:
 		if err := n.hook.Arm(c.What); err != nil {
 			return chaos.Event{Err: err.Error()}
