@@ -27,7 +27,8 @@
 //
 //   - echopubsub (this package): Start, PubSub (Broadcast family,
 //     Subscribe, Stats, Health, Stop), sessions (OpenSession, Ack,
-//     ReplaySession, requests), Config, the Store contract, RemoteConfig
+//     ReplaySession, requests), Config, durable streams (WithStore; the
+//     Store contract is package store, aliased here), RemoteConfig
 //     and TLS.
 //   - messages: wire, notice and report types. cluster, cluster/consul:
 //     membership (static list, Consul).

@@ -6,6 +6,7 @@ import (
 
 	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // ReplayOptions bound one ReplaySession page.
@@ -110,25 +111,25 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	if err != nil {
 		return st, err
 	}
-	if !ps.dur.durable(stream) {
+	if !ps.dur.IsDurable(stream) {
 		return st, fmt.Errorf("%w: %q", ErrNoStore, stream)
 	}
-	if auth := ps.dur.authorize; auth != nil {
+	if auth := ps.dur.Authorize; auth != nil {
 		if err := auth(id, stream); err != nil {
 			return st, fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, stream, err)
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ps.dur.timeout)
+		ctx, cancel = context.WithTimeout(ctx, ps.dur.Timeout)
 		defer cancel()
 	}
-	rows, next, err := ps.dur.store.Read(ctx, stream, opts.From, opts.Limit)
+	rows, next, err := ps.dur.Store.Read(ctx, stream, opts.From, opts.Limit)
 	if err != nil {
 		return st, fmt.Errorf("echopubsub: replay %q: %w", stream, err)
 	}
 	st.NextCursor = next
-	if firstKept, truncated := truncation(opts.From, rows, next); truncated {
+	if firstKept, truncated := store.Truncation(opts.From, rows, next); truncated {
 		if !ps.sess.engine.Notify(s, &StreamTruncated{SessionID: id, Stream: stream, From: max(opts.From, 1), FirstKept: firstKept}) {
 			return st, session.UnknownSession(id)
 		}

@@ -112,6 +112,11 @@ type Envelope struct {
 	// a request or a reply).
 	Replayed bool
 	Cursor   uint64
+	// Traceparent and Tracestate are the W3C trace context the message was
+	// published in, when its publisher traces (WithTracerProvider); "" for
+	// one published outside a trace and for a replayed one (the store keeps
+	// no trace context). Continue the trace with ContextWithTrace.
+	Traceparent, Tracestate string
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests
@@ -477,17 +482,17 @@ func (ps *PubSub) checkFrom(id, topic string, spec subSpec) error {
 	if _, _, err := ps.session(id); err != nil {
 		return err
 	}
-	if !ps.dur.durable(topic) {
+	if !ps.dur.IsDurable(topic) {
 		return fmt.Errorf("%w: WithFrom on %q", ErrNoStore, topic)
 	}
-	if auth := ps.dur.authorize; auth != nil {
+	if auth := ps.dur.Authorize; auth != nil {
 		if err := auth(id, topic); err != nil {
 			return fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, topic, err)
 		}
 	}
-	ctx, cancel := ps.dur.ctx()
+	ctx, cancel := ps.dur.Ctx()
 	defer cancel()
-	if _, _, err := ps.dur.store.Read(ctx, topic, spec.from, 1); err != nil {
+	if _, _, err := ps.dur.Store.Read(ctx, topic, spec.from, 1); err != nil {
 		return fmt.Errorf("echopubsub: WithFrom(%d) on %q: %w", spec.from, topic, err)
 	}
 	return nil

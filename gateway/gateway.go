@@ -519,6 +519,7 @@ func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 		f.Class = "ephemeral"
 	}
 	f.Replayed, f.Cursor = env.Replayed, env.Cursor
+	f.Traceparent, f.Tracestate = env.Traceparent, env.Tracestate
 	if rc, ok := echopubsub.RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
@@ -754,13 +755,13 @@ func (s *socket) run(f *clientFrame) *frameError {
 			return ferr
 		}
 		if f.Receipt != nil && *f.Receipt {
-			r, err := s.publishReceipt(f.Topic, msg)
+			r, err := s.publishReceipt(f.Topic, msg, f.traced)
 			if err != nil {
 				return libErr(err)
 			}
 			return s.result(f, map[string]interface{}{"receipt": r})
 		}
-		if err := s.publish(f.Topic, msg); err != nil {
+		if err := s.publish(f.Topic, msg, f.traced); err != nil {
 			return libErr(err)
 		}
 		return s.result(f, nil)

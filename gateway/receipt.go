@@ -33,8 +33,12 @@ type nodeReceiptJSON struct {
 // socket reads no pong meanwhile) and by the socket's close. A
 // receipt the bound cut short is a result too ("complete": false): the
 // message was published. An error is one the message was refused with.
-func (s *socket) publishReceipt(topic string, msg proto.Message) (*receiptJSON, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), min(s.gw.cfg.ReceiptTimeout, s.gw.cfg.WriteTimeout/2))
+func (s *socket) publishReceipt(topic string, msg proto.Message, traced context.Context) (*receiptJSON, error) {
+	base := context.Background()
+	if traced != nil { // the client's trace (traceparent), which the broadcast continues
+		base = traced
+	}
+	ctx, cancel := context.WithTimeout(base, min(s.gw.cfg.ReceiptTimeout, s.gw.cfg.WriteTimeout/2))
 	defer cancel()
 	go func() { // ends with the call (cancel above)
 		select {

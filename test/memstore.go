@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // MemStore is a node-local echopubsub.Store in memory, for tests of the
@@ -28,7 +28,7 @@ type MemStore struct {
 type memData struct {
 	mu        sync.Mutex
 	streams   map[string]*memStream
-	positions map[string]core.ProducerPosition
+	positions map[string]store.ProducerPosition
 }
 
 // memStream is one stream: rows holds cursors first.. (trimmed rows gone).
@@ -42,7 +42,7 @@ func (m *memStream) end() uint64 { return m.first + uint64(len(m.rows)) - 1 }
 
 // NewMemStore returns an empty store.
 func NewMemStore() *MemStore {
-	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]core.ProducerPosition{}}}
+	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]store.ProducerPosition{}}}
 }
 
 // Reopen returns a new open handle on s's rows (s may be closed).
@@ -59,11 +59,11 @@ func (s *MemStore) Close() error {
 
 // Append implements echopubsub.Store.
 func (s *MemStore) Append(ctx context.Context, recs []echopubsub.Record) error {
-	return s.AppendAt(ctx, recs, core.ProducerPosition{})
+	return s.AppendAt(ctx, recs, store.ProducerPosition{})
 }
 
-// AppendAt implements core.LocalStore (a zero pos records nothing).
-func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+// AppendAt implements store.LocalStore (a zero pos records nothing).
+func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos store.ProducerPosition) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -82,8 +82,8 @@ func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos c
 	return nil
 }
 
-// MarkGap implements core.LocalStore: gap goes to every stream held.
-func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+// MarkGap implements store.LocalStore: gap goes to every stream held.
+func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos store.ProducerPosition) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -101,16 +101,16 @@ func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.
 	return nil
 }
 
-// Position implements core.LocalStore.
-func (s *MemStore) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+// Position implements store.LocalStore.
+func (s *MemStore) Position(ctx context.Context, node string, group uint32) (store.ProducerPosition, bool, error) {
 	if err := s.usable(ctx); err != nil {
-		return core.ProducerPosition{}, false, err
+		return store.ProducerPosition{}, false, err
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	p, ok := s.d.positions[memPositionKey(node, group)]
 	if !ok {
-		p = core.ProducerPosition{Node: node, Group: group}
+		p = store.ProducerPosition{Node: node, Group: group}
 	}
 	return p, ok, nil
 }
@@ -159,20 +159,20 @@ func (s *MemStore) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubs
 	var out []echopubsub.Trimmed
 	for _, name := range s.d.names() {
 		m := s.d.streams[name]
-		walk := func(rows []echopubsub.Record, down bool) func(func(storekit.Row) bool) {
-			return func(yield func(storekit.Row) bool) {
+		walk := func(rows []echopubsub.Record, down bool) func(func(store.TrimRow) bool) {
+			return func(yield func(store.TrimRow) bool) {
 				for i := range rows {
 					rec := &rows[i]
 					if down {
 						rec = &rows[len(rows)-1-i]
 					}
-					if !yield(storekit.Row{Cursor: rec.Cursor, Time: rec.Time, Bytes: uint64(len(rec.Payload))}) {
+					if !yield(store.TrimRow{Cursor: rec.Cursor, Time: rec.Time, Bytes: uint64(len(rec.Payload))}) {
 						return
 					}
 				}
 			}
 		}
-		cut := storekit.Cut(r, now, m.first, m.end(), walk(m.rows, false), walk(m.rows, true))
+		cut := r.Cut(now, m.first, m.end(), walk(m.rows, false), walk(m.rows, true))
 		if cut < m.first {
 			continue
 		}
@@ -218,8 +218,8 @@ func (d *memData) add(r echopubsub.Record) uint64 {
 }
 
 // record keeps pos (the zero position is none); d.mu held.
-func (d *memData) record(pos core.ProducerPosition) {
-	if pos != (core.ProducerPosition{}) {
+func (d *memData) record(pos store.ProducerPosition) {
+	if pos != (store.ProducerPosition{}) {
 		d.positions[memPositionKey(pos.Node, pos.Group)] = pos
 	}
 }
@@ -227,6 +227,6 @@ func (d *memData) record(pos core.ProducerPosition) {
 func memPositionKey(node string, group uint32) string { return fmt.Sprintf("%s/%d", node, group) }
 
 var (
-	_ core.LocalStore[echopubsub.Record] = (*MemStore)(nil)
-	_ echopubsub.Trimmer                 = (*MemStore)(nil)
+	_ store.LocalStore   = (*MemStore)(nil)
+	_ echopubsub.Trimmer = (*MemStore)(nil)
 )

@@ -253,6 +253,7 @@ func (p *producer) write(ctx actor.Context, w *core.Write, it *delivery.Item) {
 		p.delivered++
 		it.Topic, it.Message, it.PayloadType, it.Payload, it.Exclude = e.Topic, w.Msg, e.PayloadType, e.Payload, e.Exclude
 		it.Node, it.Group, it.Incarnation, it.Cursor, it.StoreCursor = p.node, p.group, p.inc, c, e.StoreCursor
+		it.Traceparent, it.Tracestate = e.Trace.Headers()
 		p.d.Deliver(it)
 	}
 	if w.Await != nil {

@@ -227,7 +227,7 @@ func (p *producer) full(pe *peer) bool {
 			if err != nil { // overwritten: Decide sends Expire, not a batch
 				return false
 			}
-			size += uint64(entrySize(topic, payload, ex.exclude, ex.onlyNode))
+			size += uint64(entrySize(topic, payload, ex.exclude, ex.onlyNode) + ex.trace.Size())
 		}
 		pe.mark, pe.markSize = pe.sent, p.buf.size-size
 	}
@@ -283,12 +283,13 @@ entries:
 	for _, run := range [2][]record{runA, runB} {
 		for _, rec := range run {
 			topic, typ, payload, ex := p.buf.entry(c, rec)
-			sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
+			sz := entrySize(topic, payload, ex.exclude, ex.onlyNode) + ex.trace.Size()
 			if p.enc.Len() > 0 && b.size+sz > p.cfg.MaxBatchBytes {
 				b.full = true
 				break entries
 			}
-			p.enc.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
+			traceparent, tracestate := ex.trace.Headers()
+			p.enc.AddTraced(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored, traceparent, tracestate)
 			b.size += sz
 			c++
 		}

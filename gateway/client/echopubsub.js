@@ -110,6 +110,11 @@ export class GatewayClient {
   // refused it; the subscription is then dropped). opts: from (a cursor:
   // catch up from the stream's stored rows, 0 = its start; absent = live
   // only), class ("durable" or "ephemeral"), context (object of strings).
+  // handler(msg) gets {topic, cursor, deliveryId, replayed, class, context,
+  // payloadType, payload, payloadError, payloadBase64, request, traceparent,
+  // tracestate}: traceparent and tracestate are the W3C trace context the
+  // message was published in ("" when its publisher does not trace), to
+  // continue the trace in the browser (e.g. as the parent of a span).
   // Before connect() or while reconnecting it waits for the next session.
   subscribe(topic, handler, opts = {}) {
     if (typeof handler !== "function") return Promise.reject(new TypeError("subscribe needs a handler function"));
@@ -156,14 +161,20 @@ export class GatewayClient {
 
   // publish broadcasts payload (the message of protobuf type, in protojson)
   // on topic; the gateway must enable it (Config.Publish). It resolves once
-  // the gateway queued the message. With opts.receipt it resolves with the
-  // receipt instead, once every member delivered the message or after the
-  // gateway's ReceiptTimeout: { node, group, incarnation (a string), cursor,
-  // complete, nodes: [{ node, status }] }, status "delivered", "pending",
-  // "unreachable", "expired" or "not_owed" (docs/gateway.md, "Receipts").
+  // the gateway queued the message. opts: traceparent and tracestate, the
+  // page's W3C trace context, which the broadcast continues when the pubsub
+  // traces; receipt (true): resolve with the receipt instead, once every
+  // member delivered the message or after the gateway's ReceiptTimeout:
+  // { node, group, incarnation (a string), cursor, complete, nodes: [{ node,
+  // status }] }, status "delivered", "pending", "unreachable", "expired" or
+  // "not_owed" (docs/gateway.md, publish with "receipt").
   publish(topic, type, payload, opts = {}) {
-    if (!opts.receipt) return this.command({ op: "publish", topic, type, payload });
-    return this.command({ op: "publish", topic, type, payload, receipt: true }).then((res) => res.receipt);
+    const frame = { op: "publish", topic, type, payload };
+    if (opts.traceparent) frame.traceparent = opts.traceparent;
+    if (opts.tracestate) frame.tracestate = opts.tracestate;
+    if (!opts.receipt) return this.command(frame);
+    frame.receipt = true;
+    return this.command(frame).then((res) => res.receipt);
   }
 
   // command sends one command frame of the protocol and resolves with its
@@ -294,6 +305,7 @@ export class GatewayClient {
       topic: f.topic, cursor: f.cursor || 0, deliveryId: f.delivery_id, replayed: !!f.replayed, class: f.class,
       context: f.context || {}, payloadType: f.payload_type, payload: f.payload, payloadError: f.payload_error,
       payloadBase64: f.payload_base64, request: f.request, sessions: this.sessions,
+      traceparent: f.traceparent || "", tracestate: f.tracestate || "",
     };
     const sub = this.subs.get(f.topic);
     if (sub) {

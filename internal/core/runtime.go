@@ -42,6 +42,9 @@ type Write struct {
 	// every node's envelopes carry it. 0 for a node-local store, whose
 	// cursors mean nothing elsewhere.
 	SharedCursor uint64
+	// Trace is the trace context it was published in (nil: none; always
+	// nil when the pubsub does not trace).
+	Trace *Trace
 	// Await, when set, is the BroadcastAwait call waiting on this write:
 	// its producer reports each node's answer to it (nil for Broadcast).
 	Await *Await
