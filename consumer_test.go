@@ -167,7 +167,9 @@ func TestConsumerMaxBytesOverridesWithStreamTruncated(t *testing.T) {
 	cn.restart(t)
 	nd = cn.nd
 	test.Eventually(t, 5*time.Second, func() bool { return firstKept(t, cn.st, "room:1") == 8 },
-		func() string { return fmt.Sprintf("first kept %d, want 8 (MaxBytes 15)", firstKept(t, cn.st, "room:1")) })
+		func() string {
+			return fmt.Sprintf("first kept %d, want 8 (MaxBytes 15)", firstKept(t, cn.st, "room:1"))
+		})
 	o2 := spawnOwner(t, nd, nil)
 	id2 := openSession(t, nd, o2, nil)
 	if err := nd.PS.SessionSubscribe(id2, "room:1", echopubsub.WithConsumer("audit")); err != nil {
