@@ -268,3 +268,49 @@ func TestConsumerErrors(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 }
+
+// TestConsumerMetricsAreBounded: only the names Config.ConsumerMetrics
+// lists get series of their own; every other name shares consumer
+// "_other". Three consumers hold 2 unacked rows each: the gauge says 2 for
+// billing and 4 for _other, and once they ack, the commits counter has
+// exactly those two series.
+func TestConsumerMetricsAreBounded(t *testing.T) {
+	cfg := retentionConfig()
+	cfg.ConsumerMetrics = []string{"billing"}
+	sc, mp := newScrape(t)
+	nd := test.StartCluster(t, 1, cfg, test.WithMemStore(), echopubsub.WithDurableTopics("room:*"), mp)[0]
+	o := spawnOwner(t, nd, nil)
+	id := openSession(t, nd, o, nil)
+	for i, name := range []string{"billing", "x1", "x2"} {
+		if err := nd.PS.SessionSubscribe(id, fmt.Sprintf("room:%d", i), echopubsub.WithConsumer(name)); err != nil {
+			t.Fatal(err)
+		}
+		publishStamps(t, nd, fmt.Sprintf("room:%d", i), "p", 1, 2)
+	}
+	waitEnvelopes(t, o, 6)
+	series := func(family string) string {
+		f := sc.families(t)[family]
+		var out []string
+		for _, m := range f.GetMetric() {
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			out = append(out, fmt.Sprintf("%s=%g", label(m, "consumer"), v))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := series("echopubsub_consumer_unacked"); got != "_other=4 billing=2" {
+		t.Fatalf("echopubsub_consumer_unacked: %s; want _other=4 billing=2", got)
+	}
+	for _, e := range o.envelopes() {
+		if _, err := nd.PS.Ack(id, e.DeliveryID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	test.Eventually(t, 5*time.Second, func() bool {
+		return series("echopubsub_consumer_unacked") == "_other=0 billing=0" &&
+			strings.HasPrefix(series("echopubsub_consumer_commits_total"), "_other=") &&
+			strings.Count(series("echopubsub_consumer_commits_total"), "=") == 2
+	}, func() string {
+		return fmt.Sprintf("unacked %s, commits %s; want both at 0 unacked and two commit series (_other, billing)",
+			series("echopubsub_consumer_unacked"), series("echopubsub_consumer_commits_total"))
+	})
+}
