@@ -131,6 +131,10 @@ func (ps *PubSub) DeleteConsumer(stream, name string) error {
 	if t := ps.cons.active(stream, name); t != nil {
 		return fmt.Errorf("%w: consumer %q of %q, session %s", ErrConsumerBusy, name, stream, t.session)
 	}
+	// Under the writer's lock: a commit of the name queued before cannot
+	// land after the delete and bring it back.
+	ps.cons.wmu.Lock()
+	defer ps.cons.wmu.Unlock()
 	ps.cons.forget(stream, name)
 	ctx, cancel := ps.dur.Ctx()
 	defer cancel()
@@ -275,6 +279,8 @@ type consumerBook struct {
 	tracked atomic.Int64
 
 	named map[string]bool // Config.ConsumerMetrics
+	// wmu is held by each flush, and by DeleteConsumer around its delete.
+	wmu sync.Mutex
 
 	mu     sync.Mutex
 	byName map[consumerKey]*consumerTrack
@@ -409,6 +415,8 @@ func (b *consumerBook) run(cs store.ConsumerStore) {
 
 // flush writes every queued commit; false: one failed (it stays queued).
 func (b *consumerBook) flush(cs store.ConsumerStore) bool {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
 	b.mu.Lock()
 	batch := b.dirty
 	b.dirty = map[consumerKey]uint64{}
