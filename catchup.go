@@ -49,6 +49,10 @@ type follow struct {
 	// backoff its next delay, reset when a row or notice is handed over.
 	retry   *time.Timer
 	backoff time.Duration
+	// track is the subscription's named consumer (WithConsumer; nil:
+	// none): every envelope handed over and every gap row and truncation
+	// passed enters it, in cursor order (passCaught).
+	track *consumerTrack
 	// roomWait: a row was NoRoom (the session at SoftQueue with RoomWait
 	// 0): the follow reads again when the engine says acks made room
 	// (sessionRoom), not after a timer.
@@ -141,7 +145,7 @@ func (a *sessionActor) following(topic string, spec subSpec) *follow {
 	}
 	if f == nil && spec.catchUp {
 		// spec.from was checked by SessionSubscribe.
-		f = &follow{topic: topic, gen: spec.gen, context: spec.context,
+		f = &follow{topic: topic, gen: spec.gen, context: spec.context, track: spec.track,
 			m: catchup.New[*Envelope](plant.ResumeFrom(max(spec.from, 1)), catchUpAhead)}
 		a.follows[topic] = f
 		a.pump()
@@ -360,11 +364,24 @@ func (a *sessionActor) passCaught(c *caught) bool {
 				return true
 			}
 		}
-		a.ps.sess.engine.Notify(a.s, c.notice)
+		if a.ps.sess.engine.Notify(a.s, c.notice) && c.f.track != nil {
+			switch n := c.notice.(type) {
+			case *StreamGap: // nothing to ack: the consumer has passed it
+				c.f.track.passed(n.Cursor)
+			case *StreamTruncated: // the rows below FirstKept are gone: passed
+				c.f.track.passed(n.FirstKept - 1)
+			}
+		}
 		c.f.backoff = 0
 		return true
 	}
-	build := func(id uint64) interface{} { c.env.DeliveryID = id; return c.env }
+	build := func(id uint64) interface{} {
+		c.env.DeliveryID = id
+		if c.f.track != nil { // entered before the owner can ack it (build runs before the send)
+			c.f.track.delivered(id, c.env.Cursor)
+		}
+		return c.env
+	}
 	if !c.row {
 		switch a.ps.sess.engine.Pace(a.s, true, build) {
 		case session.Held:

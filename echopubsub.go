@@ -23,6 +23,7 @@ import (
 	"github.com/echopubsub/echopubsub/internal/durable"
 	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/supervision"
 )
 
@@ -152,7 +153,9 @@ type PubSub struct {
 	trim       *durable.TrimLoop // WithRetention (internal/durable/trimmer.go); nil without
 	// tracer records publish spans (WithTracerProvider, tracing.go); nil:
 	// tracing is off.
-	tracer trace.Tracer
+	tracer  trace.Tracer
+	cons    *consumerBook // named consumers (consumer.go)
+	consRun bool          // cons.run was started (the store keeps consumers)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -202,6 +205,10 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, err
 	}
 	ps.dur = dur
+	if cs, ok := dur.Store.(store.ConsumerStore); ok {
+		ps.consRun = true
+		go ps.cons.run(cs) // ended by Stop (cons.close)
+	}
 	if dur.Retention != (Retention{}) {
 		ps.trim = durable.StartTrimLoop(dur.Store.(Trimmer), dur.Retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
 	}
@@ -246,6 +253,7 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
 	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID(), tracer: tracer}
+	ps.cons = newConsumerBook(ps)
 	if err := ps.waitReady(); err != nil {
 		rt.Close()
 		_ = system.Root.StopFuture(root).Wait()
@@ -668,6 +676,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		if err := ps.stopSessions(); err != nil {
 			errs = append(errs, fmt.Errorf("stop sessions: %w", err))
 		}
+		ps.cons.close(ps.consRun) // the last commits reach the store before Stop returns
 		done := make(chan error, 1)
 		f := ps.rt.System.Root.StopFuture(ps.root)
 		go func() { done <- f.Wait() }() // ends when the future does (at most its timeout)

@@ -45,6 +45,8 @@ const (
 	CodeUnknownType       = "unknown_type"
 	CodeReplayUnavailable = "replay_unavailable"
 	CodeCursorBeyondEnd   = "cursor_beyond_end"
+	CodeConsumerBusy      = "consumer_busy"
+	CodeConsumerFrom      = "consumer_from"
 	CodePublishDisabled   = "publish_disabled"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
@@ -96,6 +98,7 @@ type wireFrame struct {
 	Stream      string          `json:"stream"`
 	Limit       *int            `json:"limit"`
 	From        json.RawMessage `json:"from"` // a cursor: decoded by decodeFrom
+	Consumer    string          `json:"consumer"`
 	To          string          `json:"to"`
 	Type        string          `json:"type"`
 	Payload     json.RawMessage `json:"payload"`
@@ -108,7 +111,7 @@ type wireFrame struct {
 // opFields lists the fields each op accepts besides op, id and session_id;
 // required ones are marked true.
 var opFields = map[string]map[string]bool{
-	opSubscribe:   {"topic": true, "class": false, "context": false, "from": false},
+	opSubscribe:   {"topic": true, "class": false, "context": false, "from": false, "consumer": false},
 	opUnsubscribe: {"topic": true},
 	opAck:         {"delivery_id": true},
 	opAckMany:     {"delivery_ids": true},
@@ -156,9 +159,10 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		"delivery_id": w.DeliveryID != nil, "delivery_ids": w.DeliveryIDs != nil, "stream": w.Stream != "",
 		"limit": w.Limit != nil, "from": w.From != nil, "to": w.To != "", "type": w.Type != "", "payload": w.Payload != nil,
 		"traceparent": w.Traceparent != "", "tracestate": w.Tracestate != "", "receipt": w.Receipt != nil,
+		"consumer": w.Consumer != "",
 	}
 	for _, name := range []string{"topic", "class", "context", "delivery_id", "delivery_ids", "stream", "limit", "from",
-		"to", "type", "payload", "traceparent", "tracestate", "receipt"} {
+		"to", "type", "payload", "traceparent", "tracestate", "receipt", "consumer"} {
 		required, ok := allowed[name]
 		switch {
 		case present[name] && !ok:
@@ -195,6 +199,9 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	}
 	if f.from != nil && f.Class == "ephemeral" {
 		return f, ferr(CodeInvalidArgument, "from needs a durable subscription: class ephemeral is not stored")
+	}
+	if f.Consumer != "" && f.Class == "ephemeral" {
+		return f, ferr(CodeInvalidArgument, "consumer needs a durable subscription: class ephemeral is not acknowledged")
 	}
 	if f.Limit != nil && *f.Limit <= 0 {
 		return f, ferr(CodeInvalidArgument, "limit must be > 0, got %d", *f.Limit)

@@ -676,8 +676,11 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if f.Class == "ephemeral" {
 			opts = append(opts, echopubsub.WithClass(echopubsub.ClassEphemeral))
 		}
-		if f.from != nil { // absent: live only
+		if f.from != nil { // absent: live only (or, with consumer, where the consumer resumes)
 			opts = append(opts, echopubsub.WithFrom(*f.from))
+		}
+		if f.Consumer != "" { // the library checks the name (ErrBadConsumerName names it)
+			opts = append(opts, echopubsub.WithConsumer(f.Consumer))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -818,6 +821,12 @@ func libErr(err error) *frameError {
 		code = CodeUnauthorized
 	case errors.Is(err, echopubsub.ErrCursorBeyondEnd):
 		code = CodeCursorBeyondEnd
+	case errors.Is(err, echopubsub.ErrConsumerBusy):
+		code = CodeConsumerBusy
+	case errors.Is(err, echopubsub.ErrConsumerFrom):
+		code = CodeConsumerFrom
+	case errors.Is(err, echopubsub.ErrNoConsumerStore):
+		code = CodeReplayUnavailable
 	}
 	return ferr(code, "%s", clip(err.Error()))
 }

@@ -83,6 +83,10 @@ func (r Retention) String() string {
 //   - Appends are never blocked for long: an implementation removes rows in
 //     bounded chunks (TrimChunk), each its own transaction, and rows of the
 //     stream appended meanwhile are kept (they are above the cut).
+//   - A store that keeps named consumers (ConsumerStore) holds their
+//     rows: MaxAge and MaxRows remove no row above the lowest committed
+//     cursor of the stream's consumers; MaxBytes is a hard cap and
+//     removes what it removes (CutHeld).
 //   - A node-local store keeps its producer positions and its gap rows
 //     working: MarkGap still writes a gap row into a stream whose rows were
 //     all removed.
@@ -123,6 +127,16 @@ type TrimRow struct {
 // no row). forward yields the rows from the first kept up, until it
 // returns false or yield does; backward from the last down.
 func (r Retention) Cut(now time.Time, first, end uint64, forward, backward func(yield func(TrimRow) bool)) uint64 {
+	return r.CutHeld(now, first, end, NoHold, forward, backward)
+}
+
+// CutHeld is Cut for a stream whose named consumers hold held (Held of
+// its consumers; NoHold: none): MaxAge and MaxRows remove no row above
+// held (a row a consumer has not committed stays), MaxBytes, the hard
+// cap, removes what it removes regardless; a consumer whose rows it
+// removed is told with a StreamTruncated when it resumes
+// (echopubsub.WithConsumer).
+func (r Retention) CutHeld(now time.Time, first, end, held uint64, forward, backward func(yield func(TrimRow) bool)) uint64 {
 	if first > end {
 		return 0
 	}
@@ -133,6 +147,7 @@ func (r Retention) Cut(now time.Time, first, end uint64, forward, backward func(
 	if r.MaxAge > 0 {
 		cut = max(cut, ageCut(now.Add(-r.MaxAge), forward))
 	}
+	cut = min(cut, held)
 	if r.MaxBytes > 0 {
 		cut = max(cut, bytesCut(r.MaxBytes, backward))
 	}

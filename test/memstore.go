@@ -19,7 +19,8 @@ import (
 // the module's internal LocalStore) and passes store/storetest, but
 // nothing survives its process. Reopen gives a new handle on the same
 // rows, as reopening a file does; Close closes one handle. It implements
-// echopubsub.Trimmer (retention) as the real stores do.
+// echopubsub.Trimmer (retention) and store.ConsumerStore (named
+// consumers) as the real stores do.
 type MemStore struct {
 	d      *memData
 	closed atomic.Bool
@@ -29,6 +30,7 @@ type memData struct {
 	mu        sync.Mutex
 	streams   map[string]*memStream
 	positions map[string]store.ProducerPosition
+	consumers storekit.ConsumerTable
 }
 
 // memStream is one stream: rows holds cursors first.. (trimmed rows gone).
@@ -42,7 +44,8 @@ func (m *memStream) end() uint64 { return m.first + uint64(len(m.rows)) - 1 }
 
 // NewMemStore returns an empty store.
 func NewMemStore() *MemStore {
-	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]store.ProducerPosition{}}}
+	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]store.ProducerPosition{},
+		consumers: storekit.NewConsumerTable()}}
 }
 
 // Reopen returns a new open handle on s's rows (s may be closed).
@@ -172,7 +175,7 @@ func (s *MemStore) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubs
 				}
 			}
 		}
-		cut := r.Cut(now, m.first, m.end(), walk(m.rows, false), walk(m.rows, true))
+		cut := r.CutHeld(now, m.first, m.end(), s.d.consumers.Held(name), walk(m.rows, false), walk(m.rows, true))
 		if cut < m.first {
 			continue
 		}
@@ -185,6 +188,42 @@ func (s *MemStore) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubs
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// CommitConsumer implements store.ConsumerStore.
+func (s *MemStore) CommitConsumer(ctx context.Context, stream, name string, cursor uint64) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.consumers.Commit(stream, name, cursor, time.Now())
+	return nil
+}
+
+// Consumers implements store.ConsumerStore.
+func (s *MemStore) Consumers(ctx context.Context, stream string) ([]store.Consumer, uint64, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, 0, err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	var end uint64
+	if m := s.d.streams[stream]; m != nil {
+		end = m.end()
+	}
+	return s.d.consumers.List(stream), end, nil
+}
+
+// DeleteConsumer implements store.ConsumerStore.
+func (s *MemStore) DeleteConsumer(ctx context.Context, stream, name string) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.consumers.Delete(stream, name)
+	return nil
 }
 
 func (s *MemStore) usable(ctx context.Context) error {
@@ -227,6 +266,7 @@ func (d *memData) record(pos store.ProducerPosition) {
 func memPositionKey(node string, group uint32) string { return fmt.Sprintf("%s/%d", node, group) }
 
 var (
-	_ store.LocalStore   = (*MemStore)(nil)
-	_ echopubsub.Trimmer = (*MemStore)(nil)
+	_ store.LocalStore    = (*MemStore)(nil)
+	_ echopubsub.Trimmer  = (*MemStore)(nil)
+	_ store.ConsumerStore = (*MemStore)(nil)
 )

@@ -109,7 +109,11 @@ export class GatewayClient {
   // gateway confirmed the subscription (rejects with a GatewayError when it
   // refused it; the subscription is then dropped). opts: from (a cursor:
   // catch up from the stream's stored rows, 0 = its start; absent = live
-  // only), class ("durable" or "ephemeral"), context (object of strings).
+  // only), consumer (a durable consumer's name, 1..128 of [A-Za-z0-9._-]:
+  // the gateway's store keeps its committed cursor, so a subscribe with the
+  // same name, from this page or another, a reload, or after a restart,
+  // resumes after it; from then only places a consumer that is new), class
+  // ("durable" or "ephemeral"), context (object of strings).
   // handler(msg) gets {topic, cursor, deliveryId, replayed, class, context,
   // payloadType, payload, payloadError, payloadBase64, request, traceparent,
   // tracestate}: traceparent and tracestate are the W3C trace context the
@@ -121,10 +125,14 @@ export class GatewayClient {
     if (opts.from !== undefined && !(Number.isSafeInteger(opts.from) && opts.from >= 0)) {
       return Promise.reject(new TypeError(`from must be a cursor (an integer >= 0), got ${opts.from}`));
     }
+    if (opts.consumer !== undefined && !(typeof opts.consumer === "string" && /^[A-Za-z0-9._-]{1,128}$/.test(opts.consumer))) {
+      return Promise.reject(new TypeError(`consumer must be 1 to 128 of [A-Za-z0-9._-], got ${JSON.stringify(opts.consumer)}`));
+    }
     if (this.subs.has(topic)) return Promise.reject(new Error(`already subscribed to ${topic}`));
     const sub = {
       topic, handler, cls: opts.class, context: opts.context,
-      resumeFrom: opts.from, // undefined: live only
+      resumeFrom: opts.from, // undefined: live only (with a consumer: where the gateway's cursor says)
+      consumer: opts.consumer,
       acked: 0, // last acked cursor, 0: none yet
       node: "", // the node whose store the cursors are of
       queue: [], busy: null, confirmed: false,
@@ -273,13 +281,18 @@ export class GatewayClient {
     if (sub.cls) frame.class = sub.cls;
     if (sub.context) frame.context = sub.context;
     let from = sub.resumeFrom;
-    if (from !== undefined && sub.acked > 0 && sub.node && sub.node !== this.node) {
+    if (sub.consumer) {
+      // A named consumer resumes where the gateway committed it (the last
+      // contiguously acked): from only places a new one, on the first subscribe.
+      frame.consumer = sub.consumer;
+      if (sub.confirmed) from = undefined;
+    } else if (from !== undefined && sub.acked > 0 && sub.node && sub.node !== this.node) {
       // Cursors are positions in one node's store: another node's mean
       // nothing. Live from here, and told.
       this._notice({ kind: "node_changed", topic: sub.topic, notice: { from_node: sub.node, to_node: this.node, cursor: sub.acked } });
       from = sub.resumeFrom = undefined;
       sub.node = "";
-    } else if (from === undefined && sub.confirmed) {
+    } else if (!sub.consumer && from === undefined && sub.confirmed) {
       // Live only: what was published while disconnected is not delivered.
       this._notice({ kind: "live_resume", topic: sub.topic, notice: { reason: "resubscribed live only: messages published while disconnected are not delivered" } });
     }

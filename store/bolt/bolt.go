@@ -48,18 +48,20 @@ type Store struct {
 
 type boltAppend struct {
 	storekit.LocalAppend
-	trim *trimChunk // Trim: one chunk of rows deleted
+	trim     *trimChunk  // Trim: one chunk of rows deleted
+	consumer *consumerOp // CommitConsumer, DeleteConsumer
 }
 
 // synced reports whether a's transaction must be fsynced before it is
 // acknowledged: rows are, and deletions (a trim); a position alone is not
 // (see LocalStore).
-func (a *boltAppend) synced() bool { return a.Synced() || a.trim != nil }
+func (a *boltAppend) synced() bool { return a.Synced() || a.trim != nil || a.consumer != nil }
 
 var (
 	bucketStreams   = []byte("streams")
 	bucketMeta      = []byte("meta")
 	bucketProducers = []byte("producers")
+	bucketConsumers = []byte("consumers")
 )
 
 // The record encoding (storekit.AppendRecord) is bolt's format 3: format
@@ -100,6 +102,9 @@ func Open(path string) (*Store, error) {
 			return err
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketProducers); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketConsumers); err != nil {
 			return err
 		}
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -197,6 +202,11 @@ func (s *Store) commit(batch []*boltAppend) error {
 			}
 			if a.trim != nil {
 				if err := a.trim.run(tx); err != nil {
+					return err
+				}
+			}
+			if a.consumer != nil {
+				if err := a.consumer.run(tx); err != nil {
 					return err
 				}
 			}

@@ -68,7 +68,8 @@ type streamCut struct {
 }
 
 // cuts is, for each stream with rows to remove, the highest cursor r
-// removes (store.Retention.Cut), read in one read transaction.
+// removes (store.Retention.CutHeld, held by the stream's consumers), read
+// in one read transaction.
 func (s *Store) cuts(r store.Retention, now time.Time) ([]streamCut, error) {
 	var out []streamCut
 	err := s.db.View(func(tx *bbolt.Tx) error {
@@ -99,7 +100,11 @@ func (s *Store) cuts(r store.Retention, now time.Time) ([]streamCut, error) {
 					}
 				}
 			}
-			cut := r.Cut(now, binary.BigEndian.Uint64(k), b.Sequence(), walk(false), walk(true))
+			cs, err := consumersTx(tx, string(name))
+			if err != nil {
+				return err
+			}
+			cut := r.CutHeld(now, binary.BigEndian.Uint64(k), b.Sequence(), store.Held(cs), walk(false), walk(true))
 			if walkErr != nil {
 				return walkErr
 			}

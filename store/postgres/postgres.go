@@ -40,12 +40,13 @@ import (
 
 // Store is the PostgreSQL Store. It is safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	owned   bool
-	closed  atomic.Bool
-	commits *storekit.GroupCommit[*pending]
-	streams string // quoted table names
-	records string
+	pool      *pgxpool.Pool
+	owned     bool
+	closed    atomic.Bool
+	commits   *storekit.GroupCommit[*pending]
+	streams   string // quoted table names
+	records   string
+	consumers string
 }
 
 // Option configures New.
@@ -53,7 +54,8 @@ type Option func(*options)
 
 type options struct{ prefix string }
 
-// WithTablePrefix names the tables <prefix>streams and <prefix>records.
+// WithTablePrefix names the tables <prefix>streams, <prefix>records and
+// <prefix>consumers.
 // Letters, digits and '_', starting with a letter or '_'. Defaults to
 // "echopubsub_".
 func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p } }
@@ -94,8 +96,9 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 		return nil, fmt.Errorf("echopubsub postgres: WithTablePrefix %q: letters, digits and '_', not starting with a digit, at most 41", o.prefix)
 	}
 	s := &Store{pool: pool,
-		streams: pgx.Identifier{o.prefix + "streams"}.Sanitize(),
-		records: pgx.Identifier{o.prefix + "records"}.Sanitize()}
+		streams:   pgx.Identifier{o.prefix + "streams"}.Sanitize(),
+		records:   pgx.Identifier{o.prefix + "records"}.Sanitize(),
+		consumers: pgx.Identifier{o.prefix + "consumers"}.Sanitize()}
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -130,6 +133,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			// Tables created before rows carried their append time: those
 			// rows keep NULL, read as the zero Time (see Trim).
 			`ALTER TABLE ` + s.records + ` ADD COLUMN IF NOT EXISTS appended_at timestamptz`,
+			// Named consumers (consumers.go).
+			`CREATE TABLE IF NOT EXISTS ` + s.consumers + ` (
+				stream text NOT NULL,
+				name text NOT NULL,
+				cursor bigint NOT NULL,
+				committed_at timestamptz NOT NULL,
+				PRIMARY KEY (stream, name))`,
 		} {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("echopubsub postgres: create schema: %w", err)

@@ -9,7 +9,8 @@ import (
 )
 
 // Trim implements store.Trimmer. Per stream, it finds the highest
-// cursor r removes (the rules of store.Retention.Cut, in SQL: MaxRows from the
+// cursor r removes (the rules of store.Retention.CutHeld, in SQL, held by the
+// stream's consumers: MaxRows from the
 // counter, MaxAge walking the primary key from the oldest row, MaxBytes a
 // running sum from the newest, whose cost grows with the rows kept), then
 // deletes at most store.TrimChunk rows per statement, each statement its
@@ -96,6 +97,15 @@ func (s *Store) cut(ctx context.Context, r store.Retention, now time.Time, strea
 		if c != nil {
 			cut = max(cut, *c)
 		}
+	}
+	// Named consumers hold rows above their lowest committed cursor from
+	// MaxRows and MaxAge, not from MaxBytes (store.Retention.CutHeld).
+	var held *int64
+	if err := s.pool.QueryRow(ctx, `SELECT min(cursor) FROM `+s.consumers+` WHERE stream = $1`, stream).Scan(&held); err != nil {
+		return 0, s.trimErr(err)
+	}
+	if held != nil {
+		cut = min(cut, *held)
 	}
 	if r.MaxBytes > 0 {
 		var c *int64

@@ -53,6 +53,11 @@ type Store struct {
 	segs      map[uint32]segFile
 	streams   map[string]*stream
 	positions map[posKey]store.ProducerPosition
+
+	// cmu guards consumers and serialises writes of their file
+	// (consumers.go).
+	cmu       sync.Mutex
+	consumers storekit.ConsumerTable
 }
 
 // stream is the index of one stream: where each row's record is, in
@@ -154,6 +159,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	s := &Store{dir: dir, log: o.log, segSize: o.segSize, fs: o.fs, lock: lock, repair: o.repair, tailCut: cut,
 		segs: map[uint32]segFile{}, streams: map[string]*stream{}, positions: map[posKey]store.ProducerPosition{}, live: map[uint32]int{}}
 	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
+	}
+	if s.consumers, err = s.loadConsumers(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
 	}

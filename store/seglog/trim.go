@@ -108,7 +108,7 @@ func (s *Store) cuts(r store.Retention, now time.Time) map[string]uint64 {
 				}
 			}
 		}
-		if cut := r.Cut(now, first, st.end(), walk(false), walk(true)); cut >= first {
+		if cut := r.CutHeld(now, first, st.end(), s.held(name), walk(false), walk(true)); cut >= first {
 			out[name] = cut
 		}
 	}

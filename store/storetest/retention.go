@@ -328,12 +328,14 @@ func UntimedRows(t *testing.T, s echopubsub.Store, old echopubsub.Record) {
 }
 
 // agreesWithCut: what Trim removes is what the one rule says
-// (store.Retention.Cut, applied here to the rows Read returns), for
-// random streams (payload sizes, gap rows, append times a minute apart)
-// and random retentions. store/postgres decides in SQL: this is where
+// (store.Retention.CutHeld, applied here to the rows Read returns), for
+// random streams (payload sizes, gap rows, append times a minute apart),
+// random retentions and, on a store.ConsumerStore, random named
+// consumers. store/postgres decides in SQL: this is where
 // its SQL is held to the rule.
 func agreesWithCut(t *testing.T, s echopubsub.Store) {
 	rng := rand.New(rand.NewPCG(38, 4))
+	hold := rand.New(rand.NewPCG(40, 4)) // consumers: apart, so rng draws what it drew before
 	for round := 0; round < 20; round++ {
 		stream := fmt.Sprintf("cut%d", round)
 		n := 1 + rng.IntN(40)
@@ -376,16 +378,39 @@ func agreesWithCut(t *testing.T, s echopubsub.Store) {
 				}
 			}
 		}
-		want := r.Cut(time.Now(), first, end, walk(false), walk(true))
+		held := holdSome(t, s, stream, first, end, hold)
+		want := r.CutHeld(time.Now(), first, end, held, walk(false), walk(true))
 		got := trim(t, s, r)[stream]
 		switch {
 		case want < first && got.Rows != 0:
-			t.Fatalf("round %d: Trim(%v) of %s (cursors %d..%d) removed %+v; store.Retention.Cut removes none", round, r, stream, first, end, got)
+			t.Fatalf("round %d: Trim(%v) of %s (cursors %d..%d, consumers hold %d) removed %+v; store.Retention.CutHeld removes none", round, r, stream, first, end, held, got)
 		case want >= first && (got.FirstKept != want+1 || got.Rows != want-first+1):
-			t.Fatalf("round %d: Trim(%v) of %s (cursors %d..%d) removed %+v; store.Retention.Cut removes up to cursor %d", round, r, stream, first, end, got, want)
+			t.Fatalf("round %d: Trim(%v) of %s (cursors %d..%d, consumers hold %d) removed %+v; store.Retention.CutHeld removes up to cursor %d", round, r, stream, first, end, held, got, want)
 		}
 		if want >= first {
 			wantKept(t, s, stream, want+1, end)
 		}
 	}
+}
+
+// holdSome commits, on a store.ConsumerStore, zero to two consumers of
+// stream at random cursors of first-1..end, and returns what they hold
+// (store.Held; NoHold: none).
+func holdSome(t *testing.T, s echopubsub.Store, stream string, first, end uint64, rng *rand.Rand) uint64 {
+	t.Helper()
+	cs, ok := s.(store.ConsumerStore)
+	if !ok {
+		return store.NoHold
+	}
+	for i := rng.IntN(3); i > 0; i-- {
+		c := first - 1 + uint64(rng.IntN(int(end-first+2)))
+		if err := cs.CommitConsumer(ctx(t), stream, fmt.Sprintf("c%d", i), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _, err := cs.Consumers(ctx(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.Held(got)
 }

@@ -4,7 +4,8 @@
 // (BenchDurableBroadcast, BenchReplayPage) on it. The retention cases
 // (retention.go) run on a store that implements store.Trimmer, the
 // producer positions and gap rows (local.go) on one that implements
-// store.LocalStore (Harness.GapRows: must). A
+// store.LocalStore (Harness.GapRows: must), the named consumers
+// (consumers.go) on one that implements store.ConsumerStore. A
 // store whose storage a test can damage runs ServesNoDamagedRow (bits
 // flipped on the disk are never served) and, when its writes can be made
 // to lose power, PowerLoss (crash points; store/seglog does both).
@@ -286,6 +287,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	runLocal(t, h, open)
 	runRetention(t, h, open)
+	runConsumers(t, h, open)
 	t.Run("CanceledContext", func(t *testing.T) {
 		s := open(t)
 		c, cancel := context.WithCancel(context.Background())

@@ -2,7 +2,8 @@
 // this repository would write one: in its own module, on the public
 // contract only (package store, with store/storekit's record check and
 // append time). It keeps its streams in memory, is node-local with gap
-// rows (store.LocalStore) and keeps a Retention (store.Trimmer), and its
+// rows (store.LocalStore), keeps a Retention (store.Trimmer) and named
+// consumers (store.ConsumerStore), and its
 // test runs store/storetest against it. test/modgraph checks that
 // it builds with no internal package of this repository.
 package outsidestore
@@ -29,6 +30,7 @@ type data struct {
 	mu        sync.Mutex
 	streams   map[string]*stream
 	positions map[posKey]store.ProducerPosition
+	consumers storekit.ConsumerTable
 }
 
 type posKey struct {
@@ -47,7 +49,8 @@ func (st *stream) first() uint64 { return st.end - uint64(len(st.rows)) + 1 }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{d: &data{streams: map[string]*stream{}, positions: map[posKey]store.ProducerPosition{}}}
+	return &Store{d: &data{streams: map[string]*stream{}, positions: map[posKey]store.ProducerPosition{},
+		consumers: storekit.NewConsumerTable()}}
 }
 
 // Reopen closes s and returns a new handle on its streams.
@@ -57,9 +60,10 @@ func (s *Store) Reopen() *Store {
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.LocalStore = (*Store)(nil)
-	_ store.Trimmer    = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.LocalStore    = (*Store)(nil)
+	_ store.Trimmer       = (*Store)(nil)
+	_ store.ConsumerStore = (*Store)(nil)
 )
 
 func (s *Store) check(ctx context.Context) error {
@@ -177,8 +181,8 @@ func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) (
 	return out, start + uint64(len(out)), nil
 }
 
-// Trim implements store.Trimmer: store.Retention.Cut decides, per
-// stream, which of the oldest rows go.
+// Trim implements store.Trimmer: store.Retention.CutHeld decides, per
+// stream, which of the oldest rows go (held by the stream's consumers).
 func (s *Store) Trim(ctx context.Context, r store.Retention) ([]store.Trimmed, error) {
 	if r == (store.Retention{}) {
 		return nil, nil
@@ -211,7 +215,7 @@ func (s *Store) Trim(ctx context.Context, r store.Retention) ([]store.Trimmed, e
 			}
 		}
 		first := st.first()
-		cut := r.Cut(now, first, st.end, walk(false), walk(true))
+		cut := r.CutHeld(now, first, st.end, s.d.consumers.Held(name), walk(false), walk(true))
 		if cut < first {
 			continue
 		}
@@ -224,6 +228,42 @@ func (s *Store) Trim(ctx context.Context, r store.Retention) ([]store.Trimmed, e
 		out = append(out, tr)
 	}
 	return out, nil
+}
+
+// CommitConsumer implements store.ConsumerStore.
+func (s *Store) CommitConsumer(ctx context.Context, stream, name string, cursor uint64) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.consumers.Commit(stream, name, cursor, time.Now())
+	return nil
+}
+
+// Consumers implements store.ConsumerStore.
+func (s *Store) Consumers(ctx context.Context, stream string) ([]store.Consumer, uint64, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, 0, err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	var end uint64
+	if st := s.d.streams[stream]; st != nil {
+		end = st.end
+	}
+	return s.d.consumers.List(stream), end, nil
+}
+
+// DeleteConsumer implements store.ConsumerStore.
+func (s *Store) DeleteConsumer(ctx context.Context, stream, name string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.consumers.Delete(stream, name)
+	return nil
 }
 
 // Shared is false: the streams belong to one node.
