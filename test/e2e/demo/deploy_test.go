@@ -351,6 +351,10 @@ var noSeriesUntilEvent = map[string]string{
 	// Recorded by store/seglog's Open when it cuts a torn tail or repairs
 	// a log; the demo's ScoreBoard has no store.
 	"echopubsub_store_recovery_cut_bytes_total": "COUNTER",
+	// Recorded once a session subscribes WithConsumer (a named durable
+	// consumer): the demo has none.
+	"echopubsub_consumer_commits_total": "COUNTER",
+	"echopubsub_consumer_unacked":       "GAUGE",
 }
 
 // documentedFamilies are the Prometheus names of the metrics table in
