@@ -340,8 +340,7 @@ func (a *sessionActor) step() {
 			if plant.DropGapNotice() {
 				continue
 			}
-			a.hand(&caught{f: f, row: true, cursor: r.Cursor, notice: &StreamGap{SessionID: a.s.ID(), Stream: f.topic, Cursor: r.Cursor,
-				Node: r.Origin, Missed: r.Missed, Reason: r.Reason}})
+			a.hand(&caught{f: f, row: true, cursor: r.Cursor, notice: gapNotice(a.s.ID(), f.topic, r)})
 		} else {
 			if plant.SkipCatchUpRow() {
 				continue

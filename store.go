@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
+	"github.com/echopubsub/echopubsub/messages"
 )
 
 // Store keeps durable streams: for each stream (a topic named durable with
@@ -141,7 +143,12 @@ type Record struct {
 	// producer node whose messages are missing).
 	Origin string
 	// PayloadType and Payload are the message's full protobuf name and
-	// wire bytes (RecordMessage).
+	// wire bytes (RecordMessage). A gap row whose range is known (which
+	// producer cursors it stands for: StreamGap's From and To) carries it
+	// here, as a messages.GapRange of PayloadType "echopubsub.v1.GapRange"
+	// (a few bytes, counted by Retention.MaxBytes like any payload); one
+	// without (written by an earlier build, or counting rows a failing
+	// store could not take) has an unknown range.
 	PayloadType string
 	Payload     []byte
 	// Missed is, for a gap, the number of messages missing (0: unknown).
@@ -341,15 +348,40 @@ func (d *durability) appendRows(appendFn func(context.Context, []Record) error, 
 }
 
 // Lost implements core.Durable: a gap row in every stream of a node-local
-// store.
-func (d *durability) Lost(p core.ProducerPos, missed uint64, reason string) error {
+// store, with ce's count, reason and range.
+func (d *durability) Lost(p core.ProducerPos, ce *messages.CursorExpired) error {
 	l := d.local()
 	if l == nil {
 		return nil
 	}
-	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
+	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", ce.Missed).Str("reason", ce.Reason).
 		Msg("durable streams: marking a gap")
-	return d.write(l, localWrite{mark: &Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
+	return d.write(l, localWrite{mark: gapRecord(p.Node, ce), pos: producerPosition(p, false)})
+}
+
+// gapRecord is the gap row (its Stream left to MarkGap) for what ce tells:
+// its count and reason, and its range, when known, as the row's payload
+// (messages.GapRange: see Record).
+func gapRecord(origin string, ce *messages.CursorExpired) *Record {
+	r := &Record{Kind: RecordGap, Origin: origin, Missed: ce.Missed, Reason: ce.Reason}
+	if ce.RangeKnown() {
+		r.PayloadType = gapRangeType
+		r.Payload, _ = proto.Marshal(&messages.GapRange{ProducerIncarnation: ce.ProducerIncarnation, From: ce.From, To: ce.To})
+	}
+	return r
+}
+
+// gapRangeType is the PayloadType of a gap row that carries its range.
+const gapRangeType = "echopubsub.v1.GapRange"
+
+// gapNotice is the *StreamGap for gap row r of stream, for session id.
+func gapNotice(id, stream string, r *Record) *StreamGap {
+	g := &StreamGap{SessionID: id, Stream: stream, Cursor: r.Cursor, Node: r.Origin, Missed: r.Missed, Reason: r.Reason}
+	var gr messages.GapRange
+	if r.PayloadType == gapRangeType && proto.Unmarshal(r.Payload, &gr) == nil && gr.To != 0 && gr.ProducerIncarnation != 0 {
+		g.ProducerIncarnation, g.From, g.To = gr.ProducerIncarnation, gr.From, gr.To
+	}
+	return g
 }
 
 // Joined implements core.Durable: when the worker could not tell (this
@@ -365,7 +397,8 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 	}
 	old, ok, err := d.position(l, p.Node, p.Group)
 	reason := ""
-	var missed uint64
+	var missed, from uint64
+	ranged := false // [from, p.Next) of p.Incarnation
 	switch {
 	case err != nil && !told:
 		reason = "this node's store could not read how far it got in this producer's stream (" + err.Error() + "): what it missed is unknown"
@@ -375,8 +408,9 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 		// here to be continued.
 	case old.Incarnation == p.Incarnation:
 		if p.Next > old.Next {
-			missed = p.Next - old.Next
+			missed, from = p.Next-old.Next, old.Next
 			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
+			ranged = true
 		}
 		p.Next = max(p.Next, old.Next)
 	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
@@ -386,6 +420,7 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 		if p.Next > 0 {
 			missed = p.Next
 			reason = fmt.Sprintf("this node was away while the producer's new incarnation wrote cursors 0 to %d", p.Next-1)
+			ranged = true
 		}
 	default:
 		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
@@ -395,7 +430,11 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 	}
 	d.log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
 		Msg("durable streams: marking a gap")
-	return p.Next, d.write(l, localWrite{mark: &Record{Kind: RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
+	ce := &messages.CursorExpired{Missed: missed, Reason: reason}
+	if ranged {
+		ce.ProducerIncarnation, ce.From, ce.To = p.Incarnation, from, p.Next
+	}
+	return p.Next, d.write(l, localWrite{mark: gapRecord(p.Node, ce), pos: producerPosition(p, false)})
 }
 
 // Retired implements core.Durable.
