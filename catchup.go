@@ -278,6 +278,52 @@ func (f *follow) clearAhead() {
 	f.ahead = nil
 }
 
+// storeTells reports whether a CursorExpired of this node is the store's
+// to tell this session, which then does not get it: every subscription of
+// the session follows its stream (WithFrom), and the store holds what the
+// node missed of each, as rows or as gap rows. A shared store holds every
+// row (the publishing node appended it before it was sent); a node-local
+// store that records positions (core.LocalStore) wrote a gap row into
+// every stream it holds before the worker told the notice, unless its
+// writes are failing (the gap row comes later: the session is told now),
+// and it holds a followed stream once it handed out a row of it (a follow
+// still at cursor 1 may follow a stream the store never held: no gap row
+// there, the session is told). The rows then reach the session in cursor
+// order through its follows (readFollows), with StreamGap and
+// StreamTruncated where the store has no row. Not stored, so not told to
+// such a session: a DirectBroadcast on a followed stream and a request on
+// the session's inbox lost in the same range (a request's sender is told
+// by its deadline).
+func (a *sessionActor) storeTells() bool {
+	d := a.ps.dur
+	if d == nil || d.store == nil || len(a.follows) == 0 {
+		return false
+	}
+	shared := d.store.Shared()
+	if !shared && (d.local() == nil || d.fault.failing.Load()) {
+		return false
+	}
+	subs := *a.rec.subs.Load()
+	for topic, spec := range subs {
+		f := a.follows[topic]
+		if !spec.catchUp || f == nil || f.gen != spec.gen || (!shared && f.next <= 1) {
+			return false
+		}
+	}
+	return len(subs) > 0
+}
+
+// readFollows makes every live follow read from the store, so that what
+// the node missed (rows of a shared store, a node-local store's gap row)
+// reaches the session now, not when the next live row shows the hole.
+func (a *sessionActor) readFollows() {
+	for _, f := range a.follows {
+		if !f.reading {
+			a.read(f)
+		}
+	}
+}
+
 // pump queues one catchUpStep when a follow is reading and nothing is
 // held (a held row waits for room: the next page is read after it).
 func (a *sessionActor) pump() {

@@ -29,7 +29,8 @@ func (m *sessionManager) Receive(ctx actor.Context) {
 // CursorExpired and BackPressure notice of this node; it turns deliveries
 // into envelopes through the engine (reservation first, then the owner's
 // mailbox) and forwards the notices, so a session is told whatever a plain
-// subscriber is told.
+// subscriber is told; except a CursorExpired that the store tells a session
+// whose every subscription follows it (storeTells).
 type sessionActor struct {
 	ps  *PubSub
 	s   *session.Session
@@ -107,6 +108,10 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 	case *messages.Delivery:
 		a.deliver(m)
 	case *messages.CursorExpired:
+		if a.storeTells() {
+			a.readFollows() // the store's rows and gap rows tell it, in order
+			return
+		}
 		a.hand(m)
 	case *messages.BackPressure:
 		a.hand(m)
