@@ -155,8 +155,8 @@ type SessionCheck struct {
 	// it, e.g. a failing node-local store, or a notice that came before its
 	// subscription was followed). Counted, not judged: the record does not
 	// say whether the store held the rows then.
-	Expired int64
-	Violations   []string
+	Expired    int64
+	Violations []string
 }
 
 // Failed reports whether the verdict breaks the guarantee.
