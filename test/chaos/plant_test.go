@@ -84,7 +84,7 @@ var plantCases = []plantCase{
 // TestSoakCatchesPlantedDefects builds the node binary with -tags
 // plantdefect and runs a short soak with each planted defect
 // (internal/plant): the verdict must fail, naming the defect's violation.
-// CI runs two of them (the default); ECHOPUBSUB_PLANT_ALL=1 runs all six.
+// CI runs two of them (the default); ECHOPUBSUB_PLANT_ALL=1 runs all seven.
 func TestSoakCatchesPlantedDefects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short soaks: -short skips them")
