@@ -68,6 +68,10 @@ type follow struct {
 	// the engine took it: one parked with the rows before it is handed
 	// again at the next handover).
 	caughtUp bool
+	// liveSeen: a live envelope of the stream with a store cursor reached
+	// the session actor (admit): the node's store held the stream before
+	// anything that comes after it in the actor's mailbox (storeTells).
+	liveSeen bool
 }
 
 // CaughtUp tells a session that its WithFrom subscription to Stream is
@@ -196,6 +200,7 @@ const (
 // admit decides a live envelope of f's stream with cursor c.
 func (f *follow) admit(c uint64) admission {
 	f.claimed = max(f.claimed, c)
+	f.liveSeen = true
 	switch {
 	case f.reading, c < f.next:
 		return admitDrop
@@ -285,10 +290,14 @@ func (f *follow) clearAhead() {
 // row (the publishing node appended it before it was sent); a node-local
 // store that records positions (core.LocalStore) wrote a gap row into
 // every stream it holds before the worker told the notice, unless its
-// writes are failing (the gap row comes later: the session is told now),
-// and it holds a followed stream once it handed out a row of it (a follow
-// still at cursor 1 may follow a stream the store never held: no gap row
-// there, the session is told). The rows then reach the session in cursor
+// writes are failing (the gap row comes later: the session is told now);
+// a followed stream was held then if a live envelope of it reached this
+// actor before the notice (the worker stores a batch before it delivers
+// it, and marks the gap before it tells): otherwise the store may never
+// have held it, so it has no gap row, and the session is told (rows read
+// from the store prove nothing: they may have been appended after the
+// gap row). A follow whose catchUpStart is still on its way is made here,
+// as a live envelope would. The rows then reach the session in cursor
 // order through its follows (readFollows), with StreamGap and
 // StreamTruncated where the store has no row. Not stored, so not told to
 // such a session: a DirectBroadcast on a followed stream and a request on
@@ -296,7 +305,7 @@ func (f *follow) clearAhead() {
 // by its deadline).
 func (a *sessionActor) storeTells() bool {
 	d := a.ps.dur
-	if d == nil || d.store == nil || len(a.follows) == 0 {
+	if d == nil || d.store == nil {
 		return false
 	}
 	shared := d.store.Shared()
@@ -304,9 +313,13 @@ func (a *sessionActor) storeTells() bool {
 		return false
 	}
 	subs := *a.rec.subs.Load()
+	for _, spec := range subs {
+		if !spec.catchUp {
+			return false
+		}
+	}
 	for topic, spec := range subs {
-		f := a.follows[topic]
-		if !spec.catchUp || f == nil || f.gen != spec.gen || (!shared && f.next <= 1) {
+		if f := a.following(topic, spec); !shared && !f.liveSeen {
 			return false
 		}
 	}

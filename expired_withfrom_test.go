@@ -20,8 +20,9 @@ import (
 // the hole). A plain subscriber and a session subscribed without WithFrom
 // get the CursorExpired, with the same range. So does a session following
 // room:2, a stream node 1's node-local store never held (so no gap row
-// there: its messages may have been among those lost); with a shared
-// store, which holds every row, it does not.
+// there: its messages may have been among those lost; no live row of it
+// reached the session before the notice); with a shared store, which holds
+// every row, it does not.
 func TestWithFromSessionToldByTheStoreOnly(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
