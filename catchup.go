@@ -326,6 +326,22 @@ func (a *sessionActor) storeTells() bool {
 	return len(subs) > 0
 }
 
+// catchUpRead makes a session actor's follows read their streams
+// (readAllFollows).
+type catchUpRead struct{}
+
+// readAllFollows makes every session's WithFrom subscriptions read their
+// streams from where they are (durability.gapWritten).
+func (ps *PubSub) readAllFollows() {
+	ps.sess.engine.Each(func(s *session.Session) {
+		if rec, ok := s.Attached.(*sessionRec); ok {
+			if pid := rec.actor.Load(); pid != nil {
+				ps.rt.System.Root.Send(pid, &catchUpRead{})
+			}
+		}
+	})
+}
+
 // readFollows makes every live follow read from the store, so that what
 // the node missed (rows of a shared store, a node-local store's gap row)
 // reaches the session now, not when the next live row shows the hole.

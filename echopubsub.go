@@ -193,6 +193,11 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, err
 	}
 	ps.dur = dur
+	// Gap rows no notice announces reach the sessions' WithFrom
+	// subscriptions at once (one written before this, during Start, is
+	// read by every session's catch-up: none is open yet).
+	readAll := ps.readAllFollows
+	dur.onGap.Store(&readAll)
 	if dur.retention != (Retention{}) {
 		ps.trim = startTrimmer(dur.store.(Trimmer), dur.retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
 	}

@@ -110,3 +110,36 @@ func TestWithFromSessionToldByTheStoreOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestWithFromSessionReadsAGapRowNoNoticeAnnounced: node 1 was stopped
+// while node 0 published a#4..8; it starts again cut off from node 0, so
+// node 0's producer cannot join it yet, and a session there follows
+// room:1 WithFrom(1): it catches up a#1..3 from its store and is live.
+// Once the cut heals, node 0's producer joins, and node 1's store marks
+// what it missed while away with a gap row (no CursorExpired: nobody on
+// the restarted node was owed it live). The session is told (a StreamGap)
+// at once, with nothing more published: a live follow at its stream's end
+// would otherwise learn of the gap row only from the next row.
+func TestWithFromSessionReadsAGapRowNoNoticeAnnounced(t *testing.T) {
+	nodes, start, _ := gapCluster(t)
+	c := nodes[1].Subscribe(t, "room:1")
+	local := nodes[0].Subscribe(t, "room:1")
+	publishStamps(t, nodes[0], "room:1", "a", 1, 3)
+	wantStamps(t, c, 1, 2, 3)
+	nodes[1].StopPubSub(t)
+	publishStamps(t, nodes[0], "room:1", "a", 4, 8)
+	wantStamps(t, local, 1, 2, 3, 4, 5, 6, 7, 8) // written before node 1 starts again (see "Joined")
+	nodes[0].Faults.Cut(nodes[1].Addr)
+	start(1)
+	o := spawnOwner(t, nodes[1], nil)
+	id := openSession(t, nodes[1], o, nil)
+	if err := nodes[1].PS.SessionSubscribe(id, "room:1", echopubsub.WithFrom(1)); err != nil {
+		t.Fatalf("SessionSubscribe WithFrom(1): %v", err)
+	}
+	test.Eventually(t, 10*time.Second, func() bool { return countOf[*echopubsub.CaughtUp](o) == 1 }, o.describe)
+	if got := o.seqs(); fmt.Sprint(got) != "[1 2 3]" || countOf[*echopubsub.StreamGap](o) != 0 {
+		t.Fatalf("caught up with %v (%s), want a#1..3 and no gap yet (node 0 cannot reach node 1)", got, o.describe())
+	}
+	nodes[0].Faults.HealAll()
+	test.Eventually(t, 10*time.Second, func() bool { return countOf[*echopubsub.StreamGap](o) == 1 }, o.describe)
+}

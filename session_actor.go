@@ -124,6 +124,8 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		}
 	case *catchUpStep:
 		a.step()
+	case *catchUpRead:
+		a.readFollows()
 	case *catchUpHole:
 		a.holeStayed(m)
 	case *catchUpRetry:

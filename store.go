@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -224,6 +225,20 @@ type durability struct {
 	retention Retention // WithRetention (checked: the store is a Trimmer)
 	metrics   *core.Metrics
 	fault     storeFault // a node-local store whose writes fail (store_fault.go)
+	// onGap is called after a gap row was written that no CursorExpired
+	// announced (gapWritten); set once the sessions run.
+	onGap atomic.Pointer[func()]
+}
+
+// gapWritten tells the sessions that the store gained a gap row no notice
+// announced (a producer that restarted while this node was away, found
+// by Joined; the rows a failing store could not take): their WithFrom
+// subscriptions read their streams now, so a live one that reached its
+// stream's end learns of it without waiting for the next row.
+func (d *durability) gapWritten() {
+	if fn := d.onGap.Load(); fn != nil {
+		(*fn)()
+	}
 }
 
 func newDurability(o *options) (*durability, error) {
@@ -434,7 +449,11 @@ func (d *durability) Joined(p core.ProducerPos, told bool, predInc, predFinal ui
 	if ranged {
 		ce.ProducerIncarnation, ce.From, ce.To = p.Incarnation, from, p.Next
 	}
-	return p.Next, d.write(l, localWrite{mark: gapRecord(p.Node, ce), pos: producerPosition(p, false)})
+	if err := d.write(l, localWrite{mark: gapRecord(p.Node, ce), pos: producerPosition(p, false)}); err != nil {
+		return p.Next, err
+	}
+	d.gapWritten() // no subscriber is told (this node restarted): the store tells its sessions
+	return p.Next, nil
 }
 
 // Retired implements core.Durable.

@@ -258,6 +258,9 @@ func (d *durability) retry(l core.LocalStore[Record], w localWrite) error {
 		return nil
 	}
 	d.recovered(l, w.pos, len(gaps))
+	if len(gaps) > 0 {
+		d.gapWritten()
+	}
 	return nil
 }
 
