@@ -5,19 +5,29 @@ GO ?= go
 # which require released versions of it and one another with no replace
 # (go get sees what a user gets; this checkout's go.work takes each from
 # here): gateway (the WebSocket gateway: coder/websocket), store/bolt (the
-# embedded store: bbolt), store/postgres (pgx), cmd/demo. And test/e2e:
-# the benchmark harness and the demo's browser tests with their
-# dependencies (NATS, chromedp), never released. `./...` does not enter a
-# nested module: every target that means "all of it" runs each.
+# embedded store: bbolt), store/postgres (pgx), cmd/demo, cmd/echopubsub (the server and its
+# inspecting commands: cobra). And test/e2e:
+# the benchmark harness, the demo's browser tests and the checks of
+# deploy/ with their dependencies (NATS, chromedp, the Kubernetes API
+# types), never released. And test/modgraph: the
+# tests of what an adopter's `go get` brings (module graphs, go get, tidy),
+# a module of its own so that its golang.org/x/mod stays out of the
+# library's go.mod (run with GOWORK=off, like the root). `./...` does not
+# enter a nested module: every target that means "all of it" runs each.
 #
 # The root runs with GOWORK=off: against its own go.mod alone, the
 # versions a user who imports only the root package builds with (the
 # workspace would raise shared dependencies to the other modules'
 # versions).
 ROOT = env GOWORK=off $(GO)
-MODS = gateway store/bolt cmd/demo
+MODS = gateway store/bolt cmd/demo cmd/echopubsub
 E2E = test/e2e
 PG = store/postgres
+# test/outsidestore: a store written as one outside the repository would
+# be (its own module on the public contract only, with a go.work of its
+# own), run through store/storetest. Never released.
+OUTSIDE = test/outsidestore
+MODGRAPH = test/modgraph
 # Packages whose tests run one node per process: race-checked here. Tests
 # with several nodes in one process cannot be (protoactor's remote.Start
 # races on grpclog's global logger); the chaos soak race-checks multi-node
@@ -29,46 +39,53 @@ RACE_PKGS = ./ringbuf/... ./messages/... ./cluster/... ./supervision/... ./actor
 # minute while it runs (a fresh machine builds Consul for minutes).
 PHASE = $(CURDIR)/.ci/phase
 
-.PHONY: test lint vet tidy deps soak-long soak-plant soak-sessions bench bench-memory bench-scale bench-durable
+.PHONY: test lint vet tidy deps soak-long soak-plant soak-sessions bench bench-memory bench-scale bench-durable bench-presence
 
 # test installs what the tests need (first run only) and runs every test,
 # in every module.
 test: deps
 	@ECHOPUBSUB_CONSUL="$$(.ci/deps)" && export ECHOPUBSUB_CONSUL && \
 	$(PHASE) "test: race-checked packages (one node per process)" $(ROOT) test -race -count=1 -timeout 15m $(RACE_PKGS) && \
-	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak, module graph)" \
+	ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: the library (root module: pubsub, sessions, chaos soak)" \
 		$(ROOT) test -count=1 -p 1 -timeout 30m ./... && \
-	$(PHASE) "test: modules gateway, store/bolt, cmd/demo" sh -c 'for m in $(MODS); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
-	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, benchmark harness, session soak)" \
+	cd $(CURDIR)/$(MODGRAPH) && $(PHASE) "test: test/modgraph (an adopter's module graph, go get, tidy, package boundaries)" \
+		$(ROOT) test -count=1 -timeout 15m ./... && cd $(CURDIR) && \
+	$(PHASE) "test: modules gateway, store/bolt, cmd/demo, cmd/echopubsub, test/outsidestore" sh -c 'for m in $(MODS) $(OUTSIDE); do (cd $$m && $(GO) test -count=1 -p 1 -timeout 15m ./...) || exit 1; done' && \
+	cd $(CURDIR)/$(E2E) && ECHOPUBSUB_CHAOS_RACE=1 $(PHASE) "test: test/e2e (browser demos, promtool, deploy manifests and Dockerfile, benchmark harness, session soak)" \
 		$(GO) test -count=1 -p 1 -timeout 15m ./... && \
 	cd $(CURDIR)/$(PG) && $(PHASE) "test: store/postgres (a real PostgreSQL 15)" $(GO) test -count=1 -p 1 -timeout 10m ./...
 
 # lint: staticcheck (pinned in .ci/deps) over every module; any finding fails.
 lint: deps
 	@sc="$$(.ci/deps --staticcheck)" && \
-	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E); do (cd \$$m && $$sc ./...) || exit 1; done"
+	$(PHASE) "lint: staticcheck v0.8.2, every module" sh -c "GOWORK=off $$sc ./... && for m in $(MODS) $(PG) $(E2E) $(OUTSIDE); do (cd \$$m && $$sc ./...) || exit 1; done && cd $(MODGRAPH) && GOWORK=off $$sc ./..."
 
 deps:
 	@.ci/deps >/dev/null
 
 # vet: gofmt, go vet and go mod tidy -diff over every module (what .ci/run
 # checks before the tests). The released modules' tidy check is a test
-# (internal/modgraph: tidy ignores go.work, so it runs against a module
+# (test/modgraph: tidy ignores go.work, so it runs against a module
 # proxy built from the checkout).
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	$(ROOT) vet ./...
-	for m in $(MODS) $(PG) $(E2E); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(MODS) $(PG) $(E2E) $(OUTSIDE); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	cd $(MODGRAPH) && $(ROOT) vet ./...
 	$(ROOT) mod tidy -diff
 	cd $(E2E) && $(GO) mod tidy -diff
-	$(ROOT) test -count=1 -run 'TestModulesTidy' ./internal/modgraph
+	cd $(OUTSIDE) && $(GO) mod tidy -diff
+	cd $(MODGRAPH) && $(ROOT) mod tidy -diff
+	cd $(MODGRAPH) && $(ROOT) test -count=1 -run 'TestModulesTidy' .
 
 # tidy: go mod tidy in every module (the released ones through the same proxy).
 tidy:
 	$(ROOT) mod tidy
 	cd $(E2E) && $(GO) mod tidy
-	ECHOPUBSUB_TIDY_WRITE=1 $(ROOT) test -count=1 -run 'TestModulesTidy' ./internal/modgraph
+	cd $(OUTSIDE) && $(GO) mod tidy
+	cd $(MODGRAPH) && $(ROOT) mod tidy
+	cd $(MODGRAPH) && ECHOPUBSUB_TIDY_WRITE=1 $(ROOT) test -count=1 -run 'TestModulesTidy' .
 
 # The long soak behind docs/reliability.md (as root: namespaces and iptables).
 soak-long:
@@ -94,6 +111,11 @@ bench:
 # "Producer memory" of docs/benchmarks.md (issue 26 item 4; ~3 minutes).
 bench-memory:
 	cd $(E2E) && $(GO) run ./bench -memory -memlimit off,auto,auto+64MiB -doc ../../docs/benchmarks.md
+
+# The cost of presence at 100,000 presences over 3 nodes (docs/benchmarks.md,
+# "Presence"): one run, about a minute.
+bench-presence:
+	@uptime; $(ROOT) test -run '^$$' -bench Presence100k -benchtime 1x -timeout 10m ./presence/ | grep -v 'logger.go'
 
 # The cost of a large cluster (docs/scaling.md): N full-mesh nodes in one process.
 bench-scale:

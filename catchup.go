@@ -5,36 +5,32 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/catchup"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/internal/session"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A WithFrom subscription (a follow) is one session's position in one
-// durable stream: next is the cursor of the row the session is to get
-// next. The session actor owns it. The store is the truth: live envelopes
-// of the stream carry their row's cursor (Envelope.Cursor), and the actor
-// delivers one only when it is next; anything else comes from the store.
+// durable stream. The session actor owns it. The stored/live merge (what
+// is delivered, held aside, dropped as a duplicate, read from the store,
+// and where the handover to live and its *CaughtUp go) is m, a pure
+// catchup.Merge: see package internal/catchup. The follow adds what the
+// merge leaves to its owner: the reads, the timers and the session's room.
 //
-//   - Reading (the catch-up, and after any hole in the live stream): the
-//     actor reads pages from next and hands their rows to the session
-//     through its pressure rules (session.Engine.Catch: never above
-//     SoftQueue; a row that does not fit waits for acks, nothing is
-//     skipped). Live envelopes of the stream are dropped meanwhile: each
-//     was appended before it was delivered, so the reading reaches it. A
-//     page shorter than asked for is the stream's end: the follow is live
-//     from there.
-//   - Live: an envelope whose cursor is next is delivered; one below next
-//     is a row already delivered (dropped); one above next means rows came
-//     between that this node's live stream did not hand over in order:
-//     most often another producer's, still on its way (producers batch
-//     independently, so live order across producers is not cursor
-//     order). The follow keeps such envelopes aside (up to catchUpAhead)
-//     and delivers them in cursor order as the hole fills; a hole still
-//     open after holeWait (a gap row, a row lost on the way), or too many
-//     envelopes aside, makes it read from the store from next.
+//   - Reading: the actor reads pages from m.Next() and hands their rows to
+//     the session through its pressure rules (session.Engine.Catch: never
+//     above SoftQueue; a row that does not fit waits for acks, nothing is
+//     skipped).
+//   - Live: a live envelope above Next waits aside (up to catchUpAhead)
+//     while a hole is open; a hole still open after holeWait (a gap row, a
+//     row lost on the way), or too many envelopes aside, makes it read
+//     from the store from Next. Most often the hole is another producer's
+//     row still on its way (producers batch independently, so live order
+//     across producers is not cursor order).
 //
 // Gap rows become *StreamGap and rows the store no longer keeps one
-// *StreamTruncated (the rule is truncation, retention.go), in cursor
+// *StreamTruncated (the rule is store.Truncation), in cursor
 // order with the rows. The first time a follow goes live it hands the
 // session one *CaughtUp, behind the last row it read and before the first
 // live envelope; a later reading (a hole, a session out of room) goes live
@@ -44,30 +40,23 @@ type follow struct {
 	topic   string
 	gen     uint64 // the subscription it belongs to (subSpec.gen)
 	context map[string]string
-	next    uint64
-	reading bool
-	// claimed is the highest cursor a live envelope carried: a reading
-	// that ends below it has not seen every row yet (a shared store whose
-	// row is not readable yet), and reads again after a pause instead of
-	// going live.
-	claimed uint64
-	// ahead holds live envelopes above next, by cursor, while a hole
-	// waits to fill; hole is its timer.
-	ahead map[uint64]*Envelope
+	m       *catchup.Merge[*Envelope]
+	// hole is the timer of the wait for the hole at m.Next() to fill,
+	// armed when an envelope first goes aside.
 	hole  *time.Timer
 	holeN *catchUpHole // the message hole sends: an older one is stale
 	// retry is the pending timer of a read that failed or came too early;
 	// backoff its next delay, reset when a row or notice is handed over.
 	retry   *time.Timer
 	backoff time.Duration
+	// track is the subscription's named consumer (WithConsumer; nil:
+	// none): every envelope handed over and every gap row and truncation
+	// passed enters it, in cursor order (passCaught).
+	track *consumerTrack
 	// roomWait: a row was NoRoom (the session at SoftQueue with RoomWait
 	// 0): the follow reads again when the engine says acks made room
 	// (sessionRoom), not after a timer.
 	roomWait bool
-	// caughtUp: the session was handed this follow's *CaughtUp (set when
-	// the engine took it: one parked with the rows before it is handed
-	// again at the next handover).
-	caughtUp bool
 	// liveSeen: a live envelope of the stream with a store cursor reached
 	// the session actor (admit): the node's store held the stream before
 	// anything that comes after it in the actor's mailbox (storeTells).
@@ -160,7 +149,8 @@ func (a *sessionActor) following(topic string, spec subSpec) *follow {
 	}
 	if f == nil && spec.catchUp {
 		// spec.from was checked by SessionSubscribe.
-		f = &follow{topic: topic, gen: spec.gen, context: spec.context, next: plant.ResumeFrom(max(spec.from, 1)), reading: true}
+		f = &follow{topic: topic, gen: spec.gen, context: spec.context, track: spec.track,
+			m: catchup.New[*Envelope](plant.ResumeFrom(max(spec.from, 1)), catchUpAhead)}
 		a.follows[topic] = f
 		a.pump()
 	}
@@ -171,7 +161,7 @@ func (a *sessionActor) unfollow(f *follow) {
 	if f.retry != nil {
 		f.retry.Stop()
 	}
-	f.clearAhead()
+	f.stopHole()
 	if a.follows[f.topic] == f {
 		delete(a.follows, f.topic)
 	}
@@ -188,67 +178,49 @@ func (a *sessionActor) current(f *follow) bool {
 	return a.follows[f.topic] == f
 }
 
-// admission is what a follow does with a live envelope.
-type admission int
-
-const (
-	admitDrop  admission = iota // the reading reaches it, or it was delivered
-	admitNext                   // it is next: deliver it, then what it lets out of ahead
-	admitAside                  // above next: aside until the hole before it fills
-)
-
-// admit decides a live envelope of f's stream with cursor c.
-func (f *follow) admit(c uint64) admission {
-	f.claimed = max(f.claimed, c)
+// admit asks f's merge about a live envelope with cursor c (before the
+// actor builds it): catchup.Deliver or catchup.Aside, it is to be built
+// and passed to followed; anything else drops it.
+func (a *sessionActor) admit(f *follow, c uint64) catchup.Verdict {
 	f.liveSeen = true
-	switch {
-	case f.reading, c < f.next:
-		return admitDrop
-	case c == f.next:
-		f.next++
-		return admitNext
+	v := f.m.Live(c)
+	if v == catchup.Read { // too many aside: the reading reaches them all
+		f.stopHole()
+		a.pump()
 	}
-	return admitAside
+	return v
 }
 
-// aside keeps env (its cursor above next) until the hole before it fills,
-// or reads from the store when too much waits.
-func (a *sessionActor) aside(f *follow, env *Envelope) {
-	if _, dup := f.ahead[env.Cursor]; dup {
+// followed hands on a live envelope admit let through: v says whether it
+// is next (then what it lets out of aside follows it) or waits aside until
+// the hole before it fills.
+func (a *sessionActor) followed(f *follow, env *Envelope, v catchup.Verdict) {
+	if v == catchup.Aside {
+		f.m.Aside(env.Cursor, env)
+		if f.hole == nil {
+			a.armHole(f)
+		}
 		return
 	}
-	if len(f.ahead) >= catchUpAhead {
-		a.read(f) // the reading reaches every row aside
-		return
-	}
-	if f.ahead == nil {
-		f.ahead = map[uint64]*Envelope{}
-	}
-	f.ahead[env.Cursor] = env
-	if f.hole == nil {
-		a.armHole(f)
+	a.hand(&caught{f: f, cursor: env.Cursor, env: env})
+	for _, e := range f.released() {
+		a.hand(&caught{f: f, cursor: e.Cursor, env: e})
 	}
 }
 
-// armHole starts the wait for the hole at f.next to fill.
+// armHole starts the wait for the hole at f.m.Next() to fill.
 func (a *sessionActor) armHole(f *follow) {
-	self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.next}
+	self, root, hole := a.self, a.ps.rt.System.Root, &catchUpHole{f: f, next: f.m.Next()}
 	f.holeN = hole
 	f.hole = time.AfterFunc(a.ps.rt.Cfg.BatchInterval+holeSlack, func() { root.Send(self, hole) })
 }
 
 // released returns the envelopes aside that are now next, in cursor
-// order, advancing next past them.
+// order; the hole's wait ends with the last.
 func (f *follow) released() []*Envelope {
-	var out []*Envelope
-	for e, ok := f.ahead[f.next]; ok; e, ok = f.ahead[f.next] {
-		delete(f.ahead, f.next)
-		out = append(out, e)
-		f.next++
-	}
-	if len(f.ahead) == 0 && f.hole != nil {
-		f.hole.Stop()
-		f.hole, f.holeN = nil, nil
+	out := f.m.Released()
+	if f.m.Ahead() == 0 {
+		f.stopHole()
 	}
 	return out
 }
@@ -256,31 +228,23 @@ func (f *follow) released() []*Envelope {
 // holeStayed: the hole at h.next did not fill in time; read it.
 func (a *sessionActor) holeStayed(h *catchUpHole) {
 	f := h.f
-	if f.holeN != h || !a.current(f) || f.reading {
+	if f.holeN != h || !a.current(f) || f.m.Reading() {
 		return // stale: the hole filled, or a newer wait replaced this one
 	}
 	f.hole, f.holeN = nil, nil
-	if f.next != h.next && len(f.ahead) > 0 { // that hole filled, a newer one is open: give it its time
+	if f.m.HoleStayed(h.next) { // that hole filled, a newer one is open: give it its time
 		a.armHole(f)
 		return
 	}
-	a.read(f)
+	a.pump() // the merge reads from next
 }
 
-// read makes f read from the store from next; what it kept aside is
-// dropped (the reading reaches it).
-func (a *sessionActor) read(f *follow) {
-	f.clearAhead()
-	f.reading = true
-	a.pump()
-}
-
-func (f *follow) clearAhead() {
+// stopHole ends the wait for a hole (it filled, or the merge reads).
+func (f *follow) stopHole() {
 	if f.hole != nil {
 		f.hole.Stop()
 		f.hole, f.holeN = nil, nil
 	}
-	f.ahead = nil
 }
 
 // storeTells reports whether a CursorExpired of this node is the store's
@@ -288,7 +252,7 @@ func (f *follow) clearAhead() {
 // the session follows its stream (WithFrom), and the store holds what the
 // node missed of each, as rows or as gap rows. A shared store holds every
 // row (the publishing node appended it before it was sent); a node-local
-// store that records positions (core.LocalStore) wrote a gap row into
+// store that records positions (store.LocalStore) wrote a gap row into
 // every stream it holds before the worker told the notice, unless its
 // writes are failing (the gap row comes later: the session is told now);
 // a followed stream was held then if a live envelope of it reached this
@@ -305,11 +269,11 @@ func (f *follow) clearAhead() {
 // by its deadline).
 func (a *sessionActor) storeTells() bool {
 	d := a.ps.dur
-	if d == nil || d.store == nil {
+	if d == nil || d.Store == nil {
 		return false
 	}
-	shared := d.store.Shared()
-	if !shared && (d.local() == nil || d.fault.failing.Load()) {
+	shared := d.Store.Shared()
+	if !shared && (d.Local() == nil || d.Failing()) {
 		return false
 	}
 	subs := *a.rec.subs.Load()
@@ -347,10 +311,12 @@ func (ps *PubSub) readAllFollows() {
 // reaches the session now, not when the next live row shows the hole.
 func (a *sessionActor) readFollows() {
 	for _, f := range a.follows {
-		if !f.reading {
-			a.read(f)
+		if !f.m.Reading() {
+			f.stopHole()
+			f.m.Read() // what is aside is dropped: the reading reaches it
 		}
 	}
+	a.pump()
 }
 
 // pump queues one catchUpStep when a follow is reading and nothing is
@@ -360,7 +326,7 @@ func (a *sessionActor) pump() {
 		return
 	}
 	for _, f := range a.follows {
-		if f.reading && !f.paused() {
+		if f.m.Reading() && !f.paused() {
 			a.stepQueued = true
 			a.ps.rt.System.Root.Send(a.self, &catchUpStep{})
 			return
@@ -376,7 +342,7 @@ func (a *sessionActor) step() {
 	}
 	var f *follow
 	for _, g := range a.follows {
-		if g.reading && !g.paused() && a.current(g) {
+		if g.m.Reading() && !g.paused() && a.current(g) {
 			f = g
 			break
 		}
@@ -385,24 +351,24 @@ func (a *sessionActor) step() {
 		return
 	}
 	defer a.pump()
-	ctx, cancel := a.ps.dur.ctx()
-	rows, next, err := a.ps.dur.store.Read(ctx, f.topic, f.next, catchUpPage)
+	ctx, cancel := a.ps.dur.Ctx()
+	from := f.m.Next()
+	rows, next, err := a.ps.dur.Store.Read(ctx, f.topic, from, catchUpPage)
 	cancel()
 	if err != nil {
 		ev := a.ps.rt.Log.Warn()
 		if errors.Is(err, ErrCursorBeyondEnd) {
 			ev = a.ps.rt.Log.Error() // the store was replaced under the subscription
 		}
-		ev.Err(err).Str("session", a.s.ID()).Str("stream", f.topic).Uint64("from", f.next).
+		ev.Err(err).Str("session", a.s.ID()).Str("stream", f.topic).Uint64("from", from).
 			Msg("session catch-up: store read failed: trying again")
 		a.pause(f)
 		return
 	}
 	// next moves past each row before it is handed: a row the engine
 	// takes at once must find itself below next (see passCaught).
-	if first, cut := truncation(f.next, rows, next); cut {
-		from := f.next
-		f.next = first
+	if first, cut := store.Truncation(from, rows, next); cut {
+		f.m.Truncated(first)
 		if !plant.DropTruncatedNotice() {
 			a.hand(&caught{f: f, row: true, cursor: from, notice: &StreamTruncated{SessionID: a.s.ID(), Stream: f.topic,
 				From: from, FirstKept: first}})
@@ -410,7 +376,7 @@ func (a *sessionActor) step() {
 	}
 	for i := range rows {
 		r := &rows[i]
-		f.next = r.Cursor + 1
+		f.m.Row(r.Cursor)
 		if r.Kind == RecordGap {
 			if plant.DropGapNotice() {
 				continue
@@ -431,21 +397,22 @@ func (a *sessionActor) step() {
 	if f.paused() {
 		return
 	}
-	f.next = max(f.next, next)
-	if len(rows) < catchUpPage { // the stream's end, as the store has it now
-		if f.claimed >= f.next {
-			if f.backoff < catchUpRetryMax {
-				a.pause(f) // a live envelope named a row this read did not see yet
-				return
-			}
-			a.ps.rt.Log.Error().Str("session", a.s.ID()).Str("stream", f.topic).Uint64("claimed", f.claimed).
-				Uint64("next", f.next).Msg("session catch-up: a live envelope named a row the store does not hold; going live")
-		}
-		f.backoff, f.claimed = 0, 0
-		f.reading = false
-		if !f.caughtUp {
-			a.hand(&caught{f: f, row: true, cursor: f.next - 1, notice: &CaughtUp{SessionID: a.s.ID(), Stream: f.topic, Cursor: f.next - 1}})
-		}
+	claimed := f.m.Claimed()
+	end, mark, owed := f.m.Page(next, len(rows) < catchUpPage, f.backoff < catchUpRetryMax)
+	switch end {
+	case catchup.More:
+		return
+	case catchup.Wait:
+		a.pause(f) // a live envelope named a row this read did not see yet
+		return
+	case catchup.LiveUnseen:
+		a.ps.rt.Log.Error().Str("session", a.s.ID()).Str("stream", f.topic).Uint64("claimed", claimed).
+			Uint64("next", f.m.Next()).
+			Msg("session catch-up: a live envelope named a row the store does not hold; going live")
+	}
+	f.backoff = 0
+	if owed {
+		a.hand(&caught{f: f, row: true, cursor: mark, notice: &CaughtUp{SessionID: a.s.ID(), Stream: f.topic, Cursor: mark}})
 	}
 }
 
@@ -462,30 +429,43 @@ func (a *sessionActor) passCaught(c *caught) bool {
 	if !a.current(c.f) {
 		return true // the subscription it belonged to is gone
 	}
-	if c.cursor >= c.f.next && (c.row || c.f.reading) {
+	if c.f.m.Stale(c.cursor, c.row) {
 		// a live envelope at or past where a reading begins (it reaches
 		// it), or a row read before the follow went back (parked)
 		return true
 	}
 	if c.notice != nil {
 		if _, ok := c.notice.(*CaughtUp); ok {
-			if c.f.caughtUp {
+			if !c.f.m.TakeCaughtUp() {
 				return true
 			}
-			c.f.caughtUp = true
 		}
-		a.ps.sess.engine.Notify(a.s, c.notice)
+		if a.ps.sess.engine.Notify(a.s, c.notice) && c.f.track != nil {
+			switch n := c.notice.(type) {
+			case *StreamGap: // nothing to ack: the consumer has passed it
+				c.f.track.passed(n.Cursor)
+			case *StreamTruncated: // the rows below FirstKept are gone: passed
+				c.f.track.passed(n.FirstKept - 1)
+			}
+		}
 		c.f.backoff = 0
 		return true
 	}
-	build := func(id uint64) interface{} { c.env.DeliveryID = id; return c.env }
+	build := func(id uint64) interface{} {
+		c.env.DeliveryID = id
+		if c.f.track != nil { // entered before the owner can ack it (build runs before the send)
+			c.f.track.delivered(id, c.env.Cursor)
+		}
+		return c.env
+	}
 	if !c.row {
 		switch a.ps.sess.engine.Pace(a.s, true, build) {
 		case session.Held:
 			return false
 		case session.Refused: // the node's table is full: the store keeps it for later
-			c.f.next = c.env.Cursor
-			a.read(c.f)
+			c.f.m.Rewind(c.env.Cursor)
+			c.f.stopHole()
+			a.pump()
 		}
 		return true
 	}
@@ -500,11 +480,14 @@ func (a *sessionActor) passCaught(c *caught) bool {
 		// engine's sessionRoom); the rows held after it are passed over
 		// (cursor >= next), and the session's other topics go on
 		// meanwhile.
-		c.f.next, c.f.reading, c.f.roomWait = c.cursor, true, true // reading: nothing is aside
+		c.f.m.Rewind(c.cursor) // reading: nothing is aside
+		c.f.stopHole()
+		c.f.roomWait = true
 	case session.Refused:
 		// The node's reservation table is full: as for NoRoom, but other
 		// sessions' acks make room there, so it reads again after a pause.
-		c.f.next, c.f.reading = c.cursor, true
+		c.f.m.Rewind(c.cursor)
+		c.f.stopHole()
 		a.pause(c.f)
 	}
 	return true

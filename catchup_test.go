@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
+	epstore "github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
@@ -158,7 +158,7 @@ func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 	publishStamps(t, nd, "room:1", "a", 1, 3)
 	ctx := replayCtx(t)
 	if err := store.MarkGap(ctx, echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 7, Reason: "test"},
-		core.ProducerPosition{}); err != nil {
+		epstore.ProducerPosition{}); err != nil {
 		t.Fatal(err)
 	}
 	publishStamps(t, nd, "room:1", "a", 4, 5)
@@ -172,7 +172,7 @@ func TestWithFromTellsGapRowsInOrder(t *testing.T) {
 	// A gap row while the session is live: the next live envelope comes
 	// after a hole that no live message fills; the session reads it.
 	if err := store.MarkGap(ctx, echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 2, Reason: "test"},
-		core.ProducerPosition{}); err != nil {
+		epstore.ProducerPosition{}); err != nil {
 		t.Fatal(err)
 	}
 	publishStamps(t, nd, "room:1", "a", 7, 7)
@@ -298,7 +298,7 @@ func TestWithFromKeepsALiveEnvelopeHeldBeforeAReading(t *testing.T) {
 	// it (its mailbox is in order): it is the one that waits.
 	publishStamps(t, nd, "room:1", "a", 6, 6)
 	if err := store.MarkGap(replayCtx(t), echopubsub.Record{Kind: echopubsub.RecordGap, Origin: "peer", Missed: 1, Reason: "test"},
-		core.ProducerPosition{}); err != nil {
+		epstore.ProducerPosition{}); err != nil {
 		t.Fatal(err)
 	}
 	publishStamps(t, nd, "room:1", "a", 7, 306) // cursors 8..307

@@ -1,7 +1,6 @@
 package echopubsub_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -133,17 +132,11 @@ func runChildNode(specJSON string) int {
 		log.Error().Err(err).Msg("child: subscribe")
 		return 2
 	}
-	out := json.NewEncoder(os.Stdout)
-	_ = out.Encode(childEvent{Ev: "ready", Addr: system.Address()})
+	out := proc.NewChild(os.Stdout)
+	out.Send(childEvent{Ev: proc.EvReady, Addr: system.Address()})
 	next := map[string]uint64{}
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var c childCommand
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			_ = out.Encode(childEvent{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", in.Text(), err)})
-			continue
-		}
-		reply := childEvent{Ev: "reply", ID: c.ID}
+	for c := range proc.Commands[childCommand](out, os.Stdin) {
+		reply := childEvent{Ev: proc.EvReply, ID: c.ID}
 		switch c.Op {
 		case "publish":
 			for i := 0; i < c.N; i++ {
@@ -158,7 +151,7 @@ func runChildNode(specJSON string) int {
 		default:
 			reply.Err = fmt.Sprintf("unknown op %q", c.Op)
 		}
-		_ = out.Encode(reply)
+		out.Send(reply)
 	}
 	return 0
 }

@@ -27,7 +27,8 @@
 //
 //   - echopubsub (this package): Start, PubSub (Broadcast family,
 //     Subscribe, Stats, Health, Stop), sessions (OpenSession, Ack,
-//     ReplaySession, requests), Config, the Store contract, RemoteConfig
+//     ReplaySession, requests), Config, durable streams (WithStore; the
+//     Store contract is package store, aliased here), RemoteConfig
 //     and TLS.
 //   - messages: wire, notice and report types. cluster, cluster/consul:
 //     membership (static list, Consul).
@@ -255,7 +256,13 @@
 // live envelope. A client keeps the
 // cursor of its last committed envelope and resumes with WithFrom(cursor +
 // 1), on the same node with an embedded store, on any node with a shared
-// one.
+// one. Or the store keeps that cursor: SessionSubscribe(id, topic,
+// WithConsumer(name)) names a durable consumer, whose committed cursor
+// (the last row up to which every envelope was acked) the store keeps
+// with the stream; the same name resumes after it, after a restart too,
+// and retention keeps what it has not committed, up to MaxBytes
+// (PubSub.Consumers lists them with their lag; docs/operations.md,
+// "Durable consumers").
 //
 // What a node-local store missed is marked, never skipped: a gap row,
 // which ReplaySession hands the session as a *StreamGap (and counts in

@@ -49,7 +49,7 @@ func (ps *PubSub) drain(ctx context.Context) {
 		}
 		retired += d.Retired
 		owed = owed || d.Owed
-		ps.dur.ended(d.Group, d.Incarnation, d.WriteCursor, d.LastWrite)
+		ps.dur.Ended(d.Group, d.Incarnation, d.WriteCursor, d.LastWrite)
 		for node, lag := range d.Away {
 			away[node] += lag
 		}

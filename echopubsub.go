@@ -13,14 +13,17 @@ import (
 	zlog "github.com/rs/zerolog/log"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/actors/delivery"
 	"github.com/echopubsub/echopubsub/actors/stream"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/internal/durable"
 	"github.com/echopubsub/echopubsub/internal/faults"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/supervision"
 )
 
@@ -78,6 +81,7 @@ type options struct {
 	log           *zerolog.Logger
 	hook          faults.Hook
 	meterProvider metric.MeterProvider
+	tracing       tracingOption // WithTracerProvider (tracing.go)
 	// durable streams (store.go)
 	store     Store
 	durable   []string
@@ -144,9 +148,14 @@ type PubSub struct {
 	membership cluster.Membership
 	root       *actor.PID
 	registry   *actor.PID
-	sess       *sessions   // acknowledged sessions (session.go)
-	dur        *durability // durable streams (store.go)
-	trim       *trimmer    // WithRetention (retention.go); nil without
+	sess       *sessions         // acknowledged sessions (session.go)
+	dur        *durable.Engine   // durable streams (internal/durable)
+	trim       *durable.TrimLoop // WithRetention (internal/durable/trimmer.go); nil without
+	// tracer records publish spans (WithTracerProvider, tracing.go); nil:
+	// tracing is off.
+	tracer  trace.Tracer
+	cons    *consumerBook // named consumers (consumer.go)
+	consRun bool          // cons.run was started (the store keeps consumers)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -174,6 +183,9 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		}
 		opt(&o)
 	}
+	if err := o.tracing.check(); err != nil {
+		return nil, err
+	}
 	log := zlog.Logger
 	if o.log != nil {
 		log = *o.log
@@ -196,19 +208,22 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 	// Gap rows no notice announces reach the sessions' WithFrom
 	// subscriptions at once (one written before this, during Start, is
 	// read by every session's catch-up: none is open yet).
-	readAll := ps.readAllFollows
-	dur.onGap.Store(&readAll)
-	if dur.retention != (Retention{}) {
-		ps.trim = startTrimmer(dur.store.(Trimmer), dur.retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
+	dur.OnGap(ps.readAllFollows)
+	if cs, ok := dur.Store.(store.ConsumerStore); ok {
+		ps.consRun = true
+		go ps.cons.run(cs) // ended by Stop (cons.close)
+	}
+	if dur.Retention != (Retention{}) {
+		ps.trim = durable.StartTrimLoop(dur.Store.(Trimmer), dur.Retention, cfg.RetentionInterval, ps.rt.Done(), ps.rt.Log, ps.rt.Metrics)
 	}
 	return ps, nil
 }
 
-func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durability) (*PubSub, error) {
+func start(system *actor.ActorSystem, cfg Config, addr string, o options, log zerolog.Logger, dur *durable.Engine) (*PubSub, error) {
 	rt := core.NewRuntime(cfg.engine(), system, addr, o.hook, log)
-	if dur.store != nil {
-		dur.node, dur.timeout, dur.log = addr, max(cfg.CallTimeout, minStoreTimeout), rt.Log
-		if err := dur.loadPredecessors(cfg.PoolSize); err != nil {
+	if dur.Store != nil {
+		dur.Node, dur.Timeout, dur.Log = addr, max(cfg.CallTimeout, durable.MinStoreTimeout), rt.Log
+		if err := dur.LoadPredecessors(cfg.PoolSize); err != nil {
 			return nil, err
 		}
 		rt.Durable = dur
@@ -220,12 +235,14 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		rt.Metrics = m
 	}
-	dur.metrics = rt.Metrics
-	if dur.local() == nil {
+	dur.Metrics = rt.Metrics
+	if dur.Local() == nil {
 		rt.Log.Info().Msg("no node-local durable store: a producer incarnation of this node that ends before it reached a node cannot tell that node what it wrote for it (docs/operations.md, \"A producer that never reached a node\")")
 	}
 	d := delivery.NewDispatcher(system, addr, rt.Log)
 	d.SetMetrics(rt.Metrics)
+	tracer := o.tracing.tracer()
+	d.SetTracer(tracer)
 	// From here the edge guard (RemoteConfig) checks requests to this
 	// pubsub's tree (members only): before the tree exists, as a request to
 	// a pubsub the guard does not know passes unchecked to protoactor.
@@ -239,7 +256,8 @@ func start(system *actor.ActorSystem, cfg Config, addr string, o options, log ze
 		}
 		return nil, fmt.Errorf("echopubsub: start %q: %w", cfg.Name, err)
 	}
-	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID()}
+	ps := &PubSub{cfg: cfg, rt: rt, d: d, membership: o.membership, root: root, registry: rt.RegistryPID(), tracer: tracer}
+	ps.cons = newConsumerBook(ps)
 	if err := ps.waitReady(); err != nil {
 		rt.Close()
 		_ = system.Root.StopFuture(root).Wait()
@@ -458,6 +476,13 @@ type audience struct {
 	// onlyNode, when set, is the one node whose subscribers get it, through
 	// the buffered stream (DirectBroadcast).
 	onlyNode string
+	// await, when set, is the BroadcastAwait call waiting on the message
+	// (receipt.go).
+	await *core.Await
+	// parent, when not nil, is the context whose span a traced publish
+	// continues when the call has no context of its own (Reply: the
+	// request's trace). nil: the wait's context, if any.
+	parent context.Context
 }
 
 // publish encodes msg once and hands it to the sender's producer (or, for
@@ -473,6 +498,15 @@ func (ps *PubSub) publish(wait core.Wait, from *actor.PID, topic string, msg pro
 // write is publish without the reserved-topic check: the request/reply path
 // (sendToSession) writes to session inboxes through it, nothing else.
 func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience) error {
+	if ps.tracer != nil {
+		return ps.tracedWrite(wait, from, topic, msg, to)
+	}
+	return ps.writeIn(wait, from, topic, msg, to, nil)
+}
+
+// writeIn is write with the trace context the message is published in
+// (nil: none).
+func (ps *PubSub) writeIn(wait core.Wait, from *actor.PID, topic string, msg proto.Message, to audience, tr *core.Trace) error {
 	if err := ps.rt.Err(); err != nil {
 		return err
 	}
@@ -485,7 +519,7 @@ func (ps *PubSub) write(wait core.Wait, from *actor.PID, topic string, msg proto
 	if err != nil {
 		return fmt.Errorf("%w (topic %q)", err, topic)
 	}
-	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg = topic, typeName, payload, to.onlyNode, msg
+	w.Topic, w.PayloadType, w.Payload, w.OnlyNode, w.Msg, w.Trace, w.Await = topic, typeName, payload, to.onlyNode, msg, tr, to.await
 	if to.exceptFrom {
 		w.Exclude = delivery.Key(from)
 	}
@@ -637,7 +671,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 	}
 	ps.stopOnce.Do(func() {
 		ps.rt.Close()
-		ps.trim.stop() // no store call after Stop: the caller may close the store then
+		ps.trim.Stop() // no store call after Stop: the caller may close the store then
 		ps.drain(ctx)
 		var errs []error
 		if err := ps.membership.Stop(ctx); err != nil {
@@ -646,6 +680,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 		if err := ps.stopSessions(); err != nil {
 			errs = append(errs, fmt.Errorf("stop sessions: %w", err))
 		}
+		ps.cons.close(ps.consRun) // the last commits reach the store before Stop returns
 		done := make(chan error, 1)
 		f := ps.rt.System.Root.StopFuture(ps.root)
 		go func() { done <- f.Wait() }() // ends when the future does (at most its timeout)
@@ -658,7 +693,7 @@ func (ps *PubSub) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop tree: %w", ctx.Err()))
 		}
 		pubsubs.stop(ps.rt)
-		ps.dur.stop() // after the tree: no worker writes to the store now
+		ps.dur.Stop() // after the tree: no worker writes to the store now
 		ps.stopErr = errors.Join(errs...)
 		ps.rt.Metrics.Close()
 		ps.rt.Log.Info().Msg("echopubsub stopped")

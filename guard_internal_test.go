@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/echopubsub/echopubsub/internal/prop"
 	"google.golang.org/protobuf/proto"
-	"pgregory.net/rapid"
 
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -18,17 +18,17 @@ import (
 // fields append), so a peer cannot show the guard one node and the worker
 // another.
 func TestScanRequestAgreesWithProto(t *testing.T) {
-	batch := func(t *rapid.T, label string) *messages.Batch {
+	batch := func(t *prop.T, label string) *messages.Batch {
 		b := &messages.Batch{ProtocolVersion: 1, PubsubName: "scores",
-			ProducerNode: rapid.SampledFrom([]string{"", "a:1", "b:2"}).Draw(t, label+"node")}
-		for i, n := 0, rapid.IntRange(0, 20).Draw(t, label+"n"); i < n; i++ {
-			b.Add("t", "x.Y", make([]byte, rapid.IntRange(0, 300).Draw(t, label+"size")), "", "", 0)
+			ProducerNode: prop.SampledFrom([]string{"", "a:1", "b:2"}).Draw(t, label+"node")}
+		for i, n := 0, prop.IntRange(0, 20).Draw(t, label+"n"); i < n; i++ {
+			b.Add("t", "x.Y", make([]byte, prop.IntRange(0, 300).Draw(t, label+"size")), "", "", 0)
 		}
 		return b
 	}
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		var data []byte
-		for i, n := 0, rapid.IntRange(1, 3).Draw(t, "parts"); i < n; i++ {
+		for i, n := 0, prop.IntRange(1, 3).Draw(t, "parts"); i < n; i++ {
 			b, err := proto.Marshal(batch(t, string(rune('a'+i))))
 			if err != nil {
 				t.Fatal(err)

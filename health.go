@@ -59,7 +59,7 @@ type PeerHealth struct {
 
 // Health reports readiness (see Health.Ready) from every producer's view.
 func (ps *PubSub) Health(ctx context.Context) Health {
-	h := Health{Node: ps.rt.Node, Live: ps.rt.Err() == nil, Store: ps.dur.storeHealth()}
+	h := Health{Node: ps.rt.Node, Live: ps.rt.Err() == nil, Store: storeHealth(ps.dur)}
 	groups, err := ps.Stats(ctx)
 	if err != nil {
 		h.Reason = err.Error()

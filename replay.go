@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // ReplayOptions bound one ReplaySession page.
@@ -75,6 +78,17 @@ type StreamGap struct {
 	ProducerIncarnation, From, To uint64
 }
 
+// gapNotice is the *StreamGap for gap row r of stream, for session id,
+// with the row's range when it carries one (a messages.GapRange payload).
+func gapNotice(id, stream string, r *Record) *StreamGap {
+	g := &StreamGap{SessionID: id, Stream: stream, Cursor: r.Cursor, Node: r.Origin, Missed: r.Missed, Reason: r.Reason}
+	var gr messages.GapRange
+	if r.PayloadType == messages.GapRangeType && proto.Unmarshal(r.Payload, &gr) == nil && gr.To != 0 && gr.ProducerIncarnation != 0 {
+		g.ProducerIncarnation, g.From, g.To = gr.ProducerIncarnation, gr.From, gr.To
+	}
+	return g
+}
+
 // ReplaySession reads one page of stream (at most opts.Limit rows from
 // opts.From) from the pubsub's store and redelivers it to session id, a
 // session of this node, through authorization (WithAuthorizer, asked once
@@ -118,25 +132,25 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	if err != nil {
 		return st, err
 	}
-	if !ps.dur.durable(stream) {
+	if !ps.dur.IsDurable(stream) {
 		return st, fmt.Errorf("%w: %q", ErrNoStore, stream)
 	}
-	if auth := ps.dur.authorize; auth != nil {
+	if auth := ps.dur.Authorize; auth != nil {
 		if err := auth(id, stream); err != nil {
 			return st, fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, stream, err)
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ps.dur.timeout)
+		ctx, cancel = context.WithTimeout(ctx, ps.dur.Timeout)
 		defer cancel()
 	}
-	rows, next, err := ps.dur.store.Read(ctx, stream, opts.From, opts.Limit)
+	rows, next, err := ps.dur.Store.Read(ctx, stream, opts.From, opts.Limit)
 	if err != nil {
 		return st, fmt.Errorf("echopubsub: replay %q: %w", stream, err)
 	}
 	st.NextCursor = next
-	if firstKept, truncated := truncation(opts.From, rows, next); truncated {
+	if firstKept, truncated := store.Truncation(opts.From, rows, next); truncated {
 		if !ps.sess.engine.Notify(s, &StreamTruncated{SessionID: id, Stream: stream, From: max(opts.From, 1), FirstKept: firstKept}) {
 			return st, session.UnknownSession(id)
 		}

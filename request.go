@@ -1,6 +1,7 @@
 package echopubsub
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -62,7 +63,7 @@ func (ps *PubSub) RequestFromSession(fromSessionID, toSessionID string, event pr
 		return 0, fmt.Errorf("%w: from session", err)
 	}
 	id := ps.sess.requests.Add(1)
-	err := ps.sendToSession(toSessionID, &messages.SessionMessage{FromSession: fromSessionID, RequestId: id,
+	err := ps.sendToSession(context.Background(), toSessionID, &messages.SessionMessage{FromSession: fromSessionID, RequestId: id,
 		Kind: messages.SessionMessageKind_SESSION_MESSAGE_KIND_REQUEST}, event)
 	if err != nil {
 		return 0, err
@@ -72,7 +73,9 @@ func (ps *PubSub) RequestFromSession(fromSessionID, toSessionID string, event pr
 
 // Reply sends response to session to (usually RequestContextOf(request).From)
 // as a durable delivery whose context names request's id, from the session
-// that received request.
+// that received request. When the pubsub traces (WithTracerProvider), the
+// reply continues the request's trace: its broadcast span is a child of
+// the request's (Envelope.Traceparent).
 func (ps *PubSub) Reply(toSessionID string, request *Envelope, response proto.Message) error {
 	rc, ok := RequestContextOf(request)
 	if !ok || rc.Reply {
@@ -83,11 +86,17 @@ func (ps *PubSub) Reply(toSessionID string, request *Envelope, response proto.Me
 	if _, _, err := ps.session(request.SessionID); err != nil {
 		return fmt.Errorf("%w: replying session", err)
 	}
-	return ps.sendToSession(toSessionID, &messages.SessionMessage{FromSession: request.SessionID, RequestId: rc.RequestID,
+	parent := context.Background() // a traced reply continues the request's trace
+	if ps.tracer != nil && request.Traceparent != "" {
+		parent = ContextWithTrace(context.Background(), request.Traceparent, request.Tracestate)
+	}
+	return ps.sendToSession(parent, toSessionID, &messages.SessionMessage{FromSession: request.SessionID, RequestId: rc.RequestID,
 		Kind: messages.SessionMessageKind_SESSION_MESSAGE_KIND_REPLY}, response)
 }
 
-func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg proto.Message) error {
+// sendToSession writes sm to session to's inbox; parent is the context
+// whose span a traced write continues (Background: a new trace).
+func (ps *PubSub) sendToSession(parent context.Context, to string, sm *messages.SessionMessage, msg proto.Message) error {
 	if ps.stopped() {
 		return ErrStopped
 	}
@@ -108,5 +117,5 @@ func (ps *PubSub) sendToSession(to string, sm *messages.SessionMessage, msg prot
 	if !ps.rt.IsMember(node) {
 		return fmt.Errorf("%w: session %q is on %q", ErrNotMember, to, node)
 	}
-	return ps.write(core.Wait{}, nil, SessionInboxPrefix+to, sm, audience{onlyNode: node})
+	return ps.write(core.Wait{}, nil, SessionInboxPrefix+to, sm, audience{onlyNode: node, parent: parent})
 }

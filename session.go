@@ -112,6 +112,11 @@ type Envelope struct {
 	// a request or a reply).
 	Replayed bool
 	Cursor   uint64
+	// Traceparent and Tracestate are the W3C trace context the message was
+	// published in, when its publisher traces (WithTracerProvider); "" for
+	// one published outside a trace and for a replayed one (the store keeps
+	// no trace context). Continue the trace with ContextWithTrace.
+	Traceparent, Tracestate string
 }
 
 // SessionInboxPrefix starts the topic on which a session receives requests
@@ -238,6 +243,11 @@ type subSpec struct {
 	catchUp bool
 	from    uint64
 	gen     uint64
+	// WithConsumer: the name given, and once placed its ack tracking
+	// (consumer.go), shared by every copy of the spec.
+	consumer    string
+	consumerSet bool
+	track       *consumerTrack
 }
 
 // sessions is the session side of one PubSub.
@@ -276,6 +286,7 @@ func (ps *PubSub) startSessions() error {
 	system := ps.rt.System
 	eng := session.New(lim, ps.rt.Node, rootSender{system}, ps.rt.Log.With().Str("component", "sessions").Logger(),
 		func(s *session.Session) {
+			ps.releaseConsumers(s.Attached.(*sessionRec))
 			if pid := s.Attached.(*sessionRec).actor.Load(); pid != nil {
 				system.Root.Stop(pid) // the registry drops its subscriptions when it terminates
 			}
@@ -421,8 +432,8 @@ func (ps *PubSub) session(id string) (*session.Session, *sessionRec, error) {
 // only replaces its options (and WithFrom starts a catch-up again).
 // Errors: ErrEmptyTopic, ErrInvalidTopic, ErrReservedTopic, ErrUnknownSession, and for
 // WithFrom ErrNoStore, ErrUnauthorized, ErrCursorBeyondEnd and the store's.
-func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOption) error {
-	if err := ps.userTopic(topic); err != nil {
+func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOption) (err error) {
+	if err = ps.userTopic(topic); err != nil {
 		return err
 	}
 	var spec subSpec
@@ -435,18 +446,29 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 	if spec.class != ClassDurable && spec.class != ClassEphemeral {
 		return fmt.Errorf("echopubsub: Class must be Durable or Ephemeral, got %d", int(spec.class))
 	}
-	if spec.catchUp {
-		if err := ps.checkFrom(id, topic, spec); err != nil {
-			return err
-		}
-		spec.gen = followGen.Add(1)
-	}
 	rec, old, err := ps.lockSubs(id)
 	if err != nil {
 		return err
 	}
 	defer rec.subMu.Unlock()
 	prev, already := old[topic]
+	placed, err := ps.subscribeConsumer(id, topic, &spec, prev, already)
+	if err != nil {
+		return err
+	}
+	if placed { // a new claim: released unless the subscription is made
+		defer func() {
+			if err != nil {
+				ps.cons.release(spec.track)
+			}
+		}()
+	}
+	if spec.catchUp {
+		if err = ps.checkFrom(id, topic, spec); err != nil {
+			return err
+		}
+		spec.gen = followGen.Add(1)
+	}
 	if already && prev.catchUp && !spec.catchUp {
 		// New options for a WithFrom subscription: it goes on from where
 		// it is (what it holds back waits for its turn, not dropped).
@@ -462,10 +484,13 @@ func (ps *PubSub) SessionSubscribe(id, topic string, opts ...SessionSubscribeOpt
 	next[topic] = spec
 	rec.subs.Store(&next) // before subscribing: the first delivery finds its options
 	if !already {
-		if err := ps.Subscribe(rec.actor.Load(), topic, WithMetadata()); err != nil {
+		if err = ps.Subscribe(rec.actor.Load(), topic, WithMetadata()); err != nil {
 			rec.subs.Store(&old)
 			return err
 		}
+	}
+	if already && prev.track != nil && prev.track != spec.track { // WithConsumer (a name) replaced by a plain subscription
+		ps.cons.release(prev.track)
 	}
 	if spec.catchUp { // the catch-up starts now, even if nothing is published
 		ps.rt.System.Root.Send(rec.actor.Load(), &catchUpStart{topic: topic, gen: spec.gen})
@@ -484,17 +509,17 @@ func (ps *PubSub) checkFrom(id, topic string, spec subSpec) error {
 	if _, _, err := ps.session(id); err != nil {
 		return err
 	}
-	if !ps.dur.durable(topic) {
+	if !ps.dur.IsDurable(topic) {
 		return fmt.Errorf("%w: WithFrom on %q", ErrNoStore, topic)
 	}
-	if auth := ps.dur.authorize; auth != nil {
+	if auth := ps.dur.Authorize; auth != nil {
 		if err := auth(id, topic); err != nil {
 			return fmt.Errorf("%w: session %s, stream %q: %w", ErrUnauthorized, id, topic, err)
 		}
 	}
-	ctx, cancel := ps.dur.ctx()
+	ctx, cancel := ps.dur.Ctx()
 	defer cancel()
-	if _, _, err := ps.dur.store.Read(ctx, topic, spec.from, 1); err != nil {
+	if _, _, err := ps.dur.Store.Read(ctx, topic, spec.from, 1); err != nil {
 		return fmt.Errorf("echopubsub: WithFrom(%d) on %q: %w", spec.from, topic, err)
 	}
 	return nil
@@ -520,6 +545,9 @@ func (ps *PubSub) SessionUnsubscribe(id, topic string) error {
 	next := maps.Clone(old)
 	delete(next, topic)
 	rec.subs.Store(&next)
+	if t := old[topic].track; t != nil {
+		ps.cons.release(t)
+	}
 	return nil
 }
 
@@ -554,7 +582,11 @@ func (ps *PubSub) CloseSession(id string) error {
 // changes nothing. Ack the delivery after the work it stands for committed.
 // It does not allocate.
 func (ps *PubSub) Ack(id string, deliveryID uint64) (int, error) {
-	return ps.sess.engine.Ack(id, deliveryID)
+	pending, err := ps.sess.engine.Ack(id, deliveryID)
+	if err == nil && ps.cons.any() {
+		ps.consumerAcked(id, deliveryID)
+	}
+	return pending, err
 }
 
 // Handed tells session id (opened WithHandoff) that its owner handed the
@@ -582,13 +614,24 @@ type AckManyResult struct {
 // not hold are listed in Unknown; they do not fail the call.
 func (ps *PubSub) AckMany(id string, ids []uint64) (AckManyResult, error) {
 	acked, unknown, pending, err := ps.sess.engine.AckMany(id, ids, nil)
+	if err == nil && acked > 0 && ps.cons.any() {
+		for _, d := range ids { // an unknown id changes nothing in a consumer
+			ps.consumerAcked(id, d)
+		}
+	}
 	return AckManyResult{Acked: acked, Unknown: unknown, Pending: pending}, err
 }
 
 // AckFirst acknowledges the session's oldest outstanding delivery and
 // returns the new pending count; (0, nil) when none is outstanding. Prefer
 // Ack with the envelope's DeliveryID: it names what was committed.
-func (ps *PubSub) AckFirst(id string) (int, error) { return ps.sess.engine.AckFirst(id) }
+func (ps *PubSub) AckFirst(id string) (int, error) {
+	pending, released, err := ps.sess.engine.AckFirstID(id)
+	if err == nil && released != 0 && ps.cons.any() {
+		ps.consumerAcked(id, released)
+	}
+	return pending, err
+}
 
 // Pending is session id's count of delivered, unacknowledged durable
 // deliveries: the library's own counter. 0 for an unknown session or a

@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/echopubsub/echopubsub/internal/catchup"
 	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -151,18 +152,13 @@ func (a *sessionActor) release() {
 
 // deliver hands d's envelope on, unless the session does not take it.
 func (a *sessionActor) deliver(d *messages.Delivery) {
-	env, f, adm := a.envelope(d)
+	env, f, v := a.envelope(d)
 	switch {
 	case env == nil:
 	case f == nil:
 		a.hand(env)
-	case adm == admitAside:
-		a.aside(f, env)
 	default:
-		a.hand(&caught{f: f, cursor: env.Cursor, env: env})
-		for _, e := range f.released() {
-			a.hand(&caught{f: f, cursor: e.Cursor, env: e})
-		}
+		a.followed(f, env, v)
 	}
 }
 
@@ -212,8 +208,8 @@ func (a *sessionActor) pass(item interface{}) bool {
 // subscription gets from the store, a durable message the node's store
 // could not take, which a WithFrom subscription gets as a gap row). f is the envelope's WithFrom
 // subscription, when it has one and a cursor, and adm what it does with
-// the envelope.
-func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow, adm admission) {
+// the envelope (catchup.Deliver or catchup.Aside).
+func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow, v catchup.Verdict) {
 	if !d.Local {
 		k := origin{d.Node, d.Group}
 		if p, ok := a.seen[k]; ok && p.incarnation == d.Incarnation && d.Cursor <= p.cursor {
@@ -221,7 +217,7 @@ func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow,
 		}
 		a.seen[k] = position{d.Incarnation, d.Cursor}
 	}
-	env = &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic}
+	env = &Envelope{Instance: a.ps.rt.Cfg.Name, SessionID: a.s.ID(), Topic: d.Topic, Traceparent: d.Traceparent, Tracestate: d.Tracestate}
 	if sm, ok := d.Message.(*messages.SessionMessage); ok && d.Topic == a.inbox {
 		if !a.fromInbox(env, sm, d.Node) {
 			return nil, nil, 0
@@ -242,13 +238,13 @@ func (a *sessionActor) envelope(d *messages.Delivery) (env *Envelope, f *follow,
 	}
 	if spec.catchUp && d.StoreCursor != 0 {
 		f = a.following(d.Topic, spec)
-		if adm = f.admit(d.StoreCursor); adm == admitDrop {
+		if v = a.admit(f, d.StoreCursor); v != catchup.Deliver && v != catchup.Aside {
 			return nil, nil, 0
 		}
 	}
 	env.Class, env.Context, env.Cursor = spec.class, spec.context, d.StoreCursor
 	a.body(env, d.Message, nil, "")
-	return env, f, adm
+	return env, f, v
 }
 
 // body fills Event, Payload and PayloadType as the session's format asks.

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // SlowConsumerAction is what happens to a session whose pending count
@@ -93,6 +96,14 @@ type SessionConfig struct {
 	// was handed on (as RoomWait's). Nothing is delivered differently.
 	// Must be > 0. Defaults to 30s.
 	StallAfter time.Duration
+	// ConsumerMetrics lists the named consumers (WithConsumer) that get
+	// series of their own in the consumer metrics
+	// (echopubsub.consumer.commits, echopubsub.consumer.unacked, attribute
+	// "consumer"); every other name shares the series of consumer
+	// "_other", so the metrics' cardinality stays bounded however many
+	// names clients make up. Each must be a valid consumer name
+	// (store.CheckConsumerName) other than "_other". Defaults to none.
+	ConsumerMetrics []string
 }
 
 // DefaultSessionConfig returns the session defaults of the original.
@@ -118,6 +129,11 @@ func (c SessionConfig) validate() error {
 	}
 	if c.StallAfter <= 0 {
 		return fmt.Errorf("echopubsub: config StallAfter must be > 0, got %v", c.StallAfter)
+	}
+	for i, n := range c.ConsumerMetrics {
+		if err := store.CheckConsumerName(n); err != nil || n == core.ConsumerOther {
+			return fmt.Errorf("echopubsub: config ConsumerMetrics[%d] must be a consumer name other than %q, got %q", i, core.ConsumerOther, n)
+		}
 	}
 	if c.SoftQueue >= c.HardQueue {
 		return fmt.Errorf("%w: SoftQueue is %d, HardQueue is %d", ErrSoftQueueNotBelowHardQueue, c.SoftQueue, c.HardQueue)

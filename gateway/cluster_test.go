@@ -225,6 +225,7 @@ func TestGatewayConfigValidation(t *testing.T) {
 		{func(c *gateway.Config) { c.DefaultReplayLimit = 5000 }, "DefaultReplayLimit must be in 1..MaxReplayLimit (1000), got 5000"},
 		{func(c *gateway.Config) { c.CloseTimeout = -time.Second }, "CloseTimeout must be > 0, got -1s"},
 		{func(c *gateway.Config) { c.Resolver = nil }, "Resolver must not be nil"},
+		{func(c *gateway.Config) { c.ReceiptTimeout = 0 }, "ReceiptTimeout must be > 0, got 0s"},
 		{func(c *gateway.Config) { c.OriginPatterns = []string{"app.example.com", "["} },
 			`OriginPatterns[1] must be a path.Match pattern, got "["`},
 	} {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/echopubsub/echopubsub"
 )
 
 // The gateway's wire protocol (docs/gateway.md): one JSON object per
@@ -42,6 +45,8 @@ const (
 	CodeUnknownType       = "unknown_type"
 	CodeReplayUnavailable = "replay_unavailable"
 	CodeCursorBeyondEnd   = "cursor_beyond_end"
+	CodeConsumerBusy      = "consumer_busy"
+	CodeConsumerFrom      = "consumer_from"
 	CodePublishDisabled   = "publish_disabled"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
@@ -52,6 +57,7 @@ const (
 	maxFrameIDLen = 128
 	maxTopicLen   = 1024
 	maxTypeLen    = 512
+	maxTraceLen   = 512 // traceparent, tracestate (W3C: 55 and 512 bytes are what peers must keep)
 )
 
 // clientFrame is one decoded client command. Fields that an op does not
@@ -60,6 +66,9 @@ type clientFrame struct {
 	wireFrame
 	context map[string]string // Context, decoded
 	from    *uint64           // From, decoded: nil when absent
+	// traced carries Traceparent and Tracestate as a remote span context
+	// (echopubsub.ContextWithTrace); nil when absent.
+	traced context.Context
 }
 
 // frameError is a refused client frame: the error frame's code and message.
@@ -89,22 +98,27 @@ type wireFrame struct {
 	Stream      string          `json:"stream"`
 	Limit       *int            `json:"limit"`
 	From        json.RawMessage `json:"from"` // a cursor: decoded by decodeFrom
+	Consumer    string          `json:"consumer"`
 	To          string          `json:"to"`
 	Type        string          `json:"type"`
 	Payload     json.RawMessage `json:"payload"`
+	Receipt     *bool           `json:"receipt"`
+	// The client's W3C trace context, which a publish continues.
+	Traceparent string `json:"traceparent"`
+	Tracestate  string `json:"tracestate"`
 }
 
 // opFields lists the fields each op accepts besides op, id and session_id;
 // required ones are marked true.
 var opFields = map[string]map[string]bool{
-	opSubscribe:   {"topic": true, "class": false, "context": false, "from": false},
+	opSubscribe:   {"topic": true, "class": false, "context": false, "from": false, "consumer": false},
 	opUnsubscribe: {"topic": true},
 	opAck:         {"delivery_id": true},
 	opAckMany:     {"delivery_ids": true},
 	opReplay:      {"stream": true, "limit": false, "from": false},
 	opRequest:     {"to": true, "type": true, "payload": true},
 	opReply:       {"delivery_id": true, "type": true, "payload": true},
-	opPublish:     {"topic": true, "type": true, "payload": true},
+	opPublish:     {"topic": true, "type": true, "payload": true, "traceparent": false, "tracestate": false, "receipt": false},
 }
 
 // decodeClientFrame parses and checks one client frame. It never panics;
@@ -144,9 +158,11 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		"topic": w.Topic != "", "class": w.Class != "", "context": w.Context != nil,
 		"delivery_id": w.DeliveryID != nil, "delivery_ids": w.DeliveryIDs != nil, "stream": w.Stream != "",
 		"limit": w.Limit != nil, "from": w.From != nil, "to": w.To != "", "type": w.Type != "", "payload": w.Payload != nil,
+		"traceparent": w.Traceparent != "", "tracestate": w.Tracestate != "", "receipt": w.Receipt != nil,
+		"consumer": w.Consumer != "",
 	}
 	for _, name := range []string{"topic", "class", "context", "delivery_id", "delivery_ids", "stream", "limit", "from",
-		"to", "type", "payload"} {
+		"to", "type", "payload", "traceparent", "tracestate", "receipt", "consumer"} {
 		required, ok := allowed[name]
 		switch {
 		case present[name] && !ok:
@@ -158,7 +174,8 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	for _, s := range []struct {
 		name, v string
 		max     int
-	}{{"topic", f.Topic, maxTopicLen}, {"stream", f.Stream, maxTopicLen}, {"to", f.To, maxTopicLen}, {"type", f.Type, maxTypeLen}} {
+	}{{"topic", f.Topic, maxTopicLen}, {"stream", f.Stream, maxTopicLen}, {"to", f.To, maxTopicLen}, {"type", f.Type, maxTypeLen},
+		{"traceparent", f.Traceparent, maxTraceLen}, {"tracestate", f.Tracestate, maxTraceLen}} {
 		if len(s.v) > s.max {
 			return f, ferr(CodeInvalidArgument, "%s is longer than %d bytes", s.name, s.max)
 		}
@@ -183,13 +200,36 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	if f.from != nil && f.Class == "ephemeral" {
 		return f, ferr(CodeInvalidArgument, "from needs a durable subscription: class ephemeral is not stored")
 	}
+	if f.Consumer != "" && f.Class == "ephemeral" {
+		return f, ferr(CodeInvalidArgument, "consumer needs a durable subscription: class ephemeral is not acknowledged")
+	}
 	if f.Limit != nil && *f.Limit <= 0 {
 		return f, ferr(CodeInvalidArgument, "limit must be > 0, got %d", *f.Limit)
 	}
 	if f.DeliveryID != nil && *f.DeliveryID == 0 {
 		return f, ferr(CodeInvalidArgument, "delivery_id must be > 0")
 	}
+	if fe := decodeTrace(f); fe != nil {
+		return f, fe
+	}
 	return f, nil
+}
+
+// decodeTrace checks the frame's trace context: a W3C traceparent, and a
+// tracestate only beside one.
+func decodeTrace(f *clientFrame) *frameError {
+	if f.Traceparent == "" {
+		if f.Tracestate != "" {
+			return ferr(CodeInvalidArgument, "tracestate needs a traceparent")
+		}
+		return nil
+	}
+	base := context.Background()
+	if f.traced = echopubsub.ContextWithTrace(base, f.Traceparent, f.Tracestate); f.traced == base {
+		f.traced = nil
+		return ferr(CodeInvalidArgument, "traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero), got %q", clip(f.Traceparent))
+	}
+	return nil
 }
 
 // decodeErr says what json could not decode in the frame's terms: a field
@@ -324,6 +364,11 @@ type envelopeFrame struct {
 	// they fit.
 	PayloadError  string `json:"payload_error,omitempty"`
 	PayloadBase64 []byte `json:"payload_base64,omitempty"`
+	// Traceparent and Tracestate are the W3C trace context the message
+	// was published in (Envelope.Traceparent), when its publisher traces;
+	// absent otherwise.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 type requestInfo struct {

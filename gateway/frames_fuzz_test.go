@@ -22,6 +22,7 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"op":"replay","stream":"room","limit":50,"from":7}`,
 		`{"op":"subscribe","topic":"room","from":0}`, `{"op":"subscribe","topic":"room","from":18446744073709551615}`,
 		`{"op":"subscribe","topic":"room","from":-1}`, `{"op":"subscribe","topic":"room","from":null}`,
+		`{"op":"subscribe","topic":"room","consumer":"web","from":3}`, `{"op":"replay","stream":"room","consumer":"web"}`,
 		`{"op":"request","to":"bm9kZQ.AAAAAAAAAAAAAAAAAAAAAA","type":"echopubsub.test.v1.Stamp","payload":{"seq":"1"}}`,
 		`{"op":"reply","delivery_id":3,"type":"echopubsub.test.v1.Stamp","payload":{}}`,
 		`{"op":"publish","topic":"t","type":"x","payload":{}}`,

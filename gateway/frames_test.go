@@ -48,6 +48,8 @@ func TestDecodeSubscribeFrom(t *testing.T) {
 		{`{"op":"subscribe","topic":"room","class":"ephemeral","from":3}`, CodeInvalidArgument, "from needs a durable subscription"},
 		{`{"op":"replay","stream":"room","from":-2}`, CodeInvalidArgument, "got -2"},
 		{`{"op":"unsubscribe","topic":"room","from":3}`, CodeInvalidArgument, "op unsubscribe takes no from"},
+		{`{"op":"subscribe","topic":"room","class":"ephemeral","consumer":"web"}`, CodeInvalidArgument, "consumer needs a durable subscription"},
+		{`{"op":"replay","stream":"room","consumer":"web"}`, CodeInvalidArgument, "op replay takes no consumer"},
 		{`{"op":"subscribe","topic":"room","from":}`, CodeMalformedFrame, "not a JSON object"},
 	} {
 		_, fe := decodeClientFrame([]byte(c.frame))

@@ -148,13 +148,20 @@ type Config struct {
 	// Publish enables the "publish" command (a Broadcast from the
 	// client). Default false: publish answers "publish_disabled".
 	Publish bool
+	// ReceiptTimeout bounds a publish with "receipt": true: its result
+	// comes when every member delivered the message (BroadcastAwait) or
+	// after ReceiptTimeout, with what was known then ("complete": false).
+	// The socket reads no other command meanwhile (that keeps its publishes
+	// in order), so the wait is at most half of WriteTimeout, which bounds
+	// a pong. Default 5s.
+	ReceiptTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{WriteTimeout: 10 * time.Second, PingInterval: 30 * time.Second, ReadLimit: 64 << 10, MaxFrameSize: 1 << 20,
 		OutboundQueue: 4096, MaxSubscriptions: 256, CloseTimeout: 10 * time.Second, Resolver: protoregistry.GlobalTypes,
-		DefaultReplayLimit: 100, MaxReplayLimit: 1000}
+		DefaultReplayLimit: 100, MaxReplayLimit: 1000, ReceiptTimeout: 5 * time.Second}
 }
 
 // validate names the first invalid field and its value.
@@ -178,6 +185,8 @@ func (c Config) validate(hardQueue int) error {
 		return fmt.Errorf("echopubsub: gateway config MaxReplayLimit must be > 0, got %d", c.MaxReplayLimit)
 	case c.DefaultReplayLimit <= 0 || c.DefaultReplayLimit > c.MaxReplayLimit:
 		return fmt.Errorf("echopubsub: gateway config DefaultReplayLimit must be in 1..MaxReplayLimit (%d), got %d", c.MaxReplayLimit, c.DefaultReplayLimit)
+	case c.ReceiptTimeout <= 0:
+		return fmt.Errorf("echopubsub: gateway config ReceiptTimeout must be > 0, got %v", c.ReceiptTimeout)
 	case c.Resolver == nil:
 		return fmt.Errorf("echopubsub: gateway config Resolver must not be nil, got nil")
 	}
@@ -510,6 +519,7 @@ func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 		f.Class = "ephemeral"
 	}
 	f.Replayed, f.Cursor = env.Replayed, env.Cursor
+	f.Traceparent, f.Tracestate = env.Traceparent, env.Tracestate
 	if rc, ok := echopubsub.RequestContextOf(env); ok {
 		f.Request = &requestInfo{RequestID: rc.RequestID, From: rc.From, To: rc.To, Reply: rc.Reply}
 	}
@@ -667,8 +677,11 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if f.Class == "ephemeral" {
 			opts = append(opts, echopubsub.WithClass(echopubsub.ClassEphemeral))
 		}
-		if f.from != nil { // absent: live only
+		if f.from != nil { // absent: live only (or, with consumer, where the consumer resumes)
 			opts = append(opts, echopubsub.WithFrom(*f.from))
+		}
+		if f.Consumer != "" { // the library checks the name (ErrBadConsumerName names it)
+			opts = append(opts, echopubsub.WithConsumer(f.Consumer))
 		}
 		if err := ps.SessionSubscribe(s.sid, f.Topic, opts...); err != nil {
 			return libErr(err)
@@ -745,7 +758,14 @@ func (s *socket) run(f *clientFrame) *frameError {
 		if ferr != nil {
 			return ferr
 		}
-		if err := s.publish(f.Topic, msg); err != nil {
+		if f.Receipt != nil && *f.Receipt {
+			r, err := s.publishReceipt(f.Topic, msg, f.traced)
+			if err != nil {
+				return libErr(err)
+			}
+			return s.result(f, map[string]interface{}{"receipt": r})
+		}
+		if err := s.publish(f.Topic, msg, f.traced); err != nil {
 			return libErr(err)
 		}
 		return s.result(f, nil)
@@ -802,6 +822,12 @@ func libErr(err error) *frameError {
 		code = CodeUnauthorized
 	case errors.Is(err, echopubsub.ErrCursorBeyondEnd):
 		code = CodeCursorBeyondEnd
+	case errors.Is(err, echopubsub.ErrConsumerBusy):
+		code = CodeConsumerBusy
+	case errors.Is(err, echopubsub.ErrConsumerFrom):
+		code = CodeConsumerFrom
+	case errors.Is(err, echopubsub.ErrNoConsumerStore):
+		code = CodeReplayUnavailable
 	}
 	return ferr(code, "%s", clip(err.Error()))
 }

@@ -3,10 +3,12 @@ package gateway_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/gateway"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -89,5 +91,58 @@ func TestGatewayStallNotices(t *testing.T) {
 	}
 	if n := f.obj("notice"); n.str("session_id") != c.sid || n.num("pending") != 0 {
 		t.Fatalf("session_resumed %v, want session %s, pending 0", n, c.sid)
+	}
+}
+
+// subscribe with consumer: a named durable consumer. The first socket
+// gets rows 1..4 live and acks 1 and 2; a second socket with the same
+// name is refused while the first holds it (consumer_busy). Once the
+// first socket is gone, the second resumes after the committed cursor:
+// rows 3 and 4 (row 3 unacked, so it comes again), then caught_up.
+func TestGatewayConsumer(t *testing.T) {
+	nodes := test.StartCluster(t, 1, sessionConfig(50, 200), test.WithMemStore(), echopubsub.WithDurableTopics("room"))
+	nd := nodes[0]
+	_, url := serveGateway(t, nd, nil, smallGatewayConfig())
+	a := dialGateway(t, url)
+	a.refused(map[string]interface{}{"op": "subscribe", "topic": "room", "consumer": "web", "class": "ephemeral"}, gateway.CodeInvalidArgument)
+	if f := a.refused(map[string]interface{}{"op": "subscribe", "topic": "room", "consumer": "a b"}, gateway.CodeInvalidArgument); !strings.Contains(f.str("message"), `"a b"`) {
+		t.Fatalf("bad consumer name: %v, want the name in the message", f)
+	}
+	a.ok(map[string]interface{}{"op": "subscribe", "topic": "room", "consumer": "web"})
+	for i := uint64(1); i <= 4; i++ {
+		nd.Broadcast(t, "room", stamp(i))
+	}
+	for i := 1; i <= 4; i++ {
+		if env := a.envelope(); i <= 2 {
+			a.send(map[string]interface{}{"op": "ack", "delivery_id": env.num("delivery_id")})
+		}
+	}
+	b := dialGateway(t, url)
+	b.refused(map[string]interface{}{"op": "subscribe", "topic": "room", "consumer": "web"}, gateway.CodeConsumerBusy)
+	test.Eventually(t, 5*time.Second, func() bool {
+		cs, err := nd.PS.Consumers("room")
+		return err == nil && len(cs) == 1 && cs[0].Cursor == 2 && cs[0].Lag == 2
+	}, test.Sprintf("consumer web: want cursor 2, lag 2"))
+	_ = a.conn.CloseNow()
+	// The socket's session closes when the gateway sees the socket go: a
+	// client retries consumer_busy until then.
+	test.Eventually(t, 5*time.Second, func() bool {
+		f, _ := b.answer(map[string]interface{}{"op": "subscribe", "topic": "room", "consumer": "web"})
+		if f.str("type") == "error" && f.str("code") != gateway.CodeConsumerBusy {
+			t.Fatalf("subscribe: %v", f)
+		}
+		return f.str("type") == "result"
+	}, test.Sprintf("the name web stayed busy after its socket closed"))
+	var seen []string
+	for len(seen) < 3 {
+		f := b.nextFrame()
+		if f.str("type") == "envelope" {
+			seen = append(seen, fmt.Sprintf("row %d", f.num("cursor")))
+		} else {
+			seen = append(seen, fmt.Sprintf("%s %d", f.str("kind"), f.obj("notice").num("cursor")))
+		}
+	}
+	if g, want := fmt.Sprint(seen), "[row 3 row 4 caught_up 4]"; g != want {
+		t.Fatalf("resumed by name: %s, want %s", g, want)
 	}
 }

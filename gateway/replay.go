@@ -60,7 +60,15 @@ type replayResult struct {
 }
 
 // publish broadcasts a client's message (appended to its stream first when
-// the topic is durable: WithDurableTopics).
-func (s *socket) publish(topic string, msg proto.Message) error {
-	return s.gw.ps.Broadcast(nil, topic, msg)
+// the topic is durable: WithDurableTopics). traced, when not nil, carries
+// the client's trace context, which the broadcast continues when the
+// pubsub traces (WithTracerProvider).
+func (s *socket) publish(topic string, msg proto.Message, traced context.Context) error {
+	if traced == nil {
+		return s.gw.ps.Broadcast(nil, topic, msg)
+	}
+	// Bounded as Broadcast's wait for room is (CallTimeout).
+	ctx, cancel := context.WithTimeout(traced, s.gw.ps.Config().CallTimeout)
+	defer cancel()
+	return s.gw.ps.BroadcastContext(ctx, nil, topic, msg)
 }

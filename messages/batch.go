@@ -14,6 +14,7 @@ var ErrBadBatch = errors.New("messages: malformed batch")
 // into the batch, which is then independent of e.
 func (b *Batch) AddEntry(e *Entry) {
 	b.Add(e.Topic, e.PayloadType, e.Payload, e.Exclude, e.OnlyNode, 0)
+	b.SetTrace(e.Traceparent, e.Tracestate)
 }
 
 // Add appends one entry to the batch's columns. storeCursor is the entry's
@@ -27,6 +28,25 @@ func (b *Batch) Add(topic, payloadType string, payload []byte, exclude, onlyNode
 	if exclude != "" || onlyNode != "" || storeCursor != 0 {
 		b.Options = append(b.Options, &EntryOption{Index: i, Exclude: bytesOf(exclude), OnlyNode: bytesOf(onlyNode), StoreCursor: storeCursor})
 	}
+}
+
+// SetTrace sets the W3C trace context (traceparent, tracestate) of the
+// entry Add appended last; nothing when traceparent is "" (the entry was
+// not published in a trace).
+func (b *Batch) SetTrace(traceparent, tracestate string) {
+	n := len(b.PayloadSize)
+	if traceparent == "" || n == 0 {
+		return
+	}
+	i := uint32(n - 1)
+	var o *EntryOption
+	if k := len(b.Options); k > 0 && b.Options[k-1].Index == i {
+		o = b.Options[k-1]
+	} else {
+		o = &EntryOption{Index: i}
+		b.Options = append(b.Options, o)
+	}
+	o.Traceparent, o.Tracestate = bytesOf(traceparent), bytesOf(tracestate)
 }
 
 // bytesOf is s as a new byte slice, nil for "" (an absent field).
@@ -121,6 +141,8 @@ type Cursor struct {
 	opt    int
 	// stored is the store cursor of the entry Next returned last.
 	stored uint64
+	// traceparent and tracestate are its trace context (nil: none).
+	traceparent, tracestate []byte
 }
 
 // Entries returns a Cursor at the batch's first entry. Validate first.
@@ -133,13 +155,14 @@ func (c *Cursor) Next() (topic string, typeIndex uint32, payload []byte, exclude
 	if c.i >= len(b.PayloadSize) {
 		return "", 0, nil, "", "", false
 	}
-	c.stored = 0
+	c.stored, c.traceparent, c.tracestate = 0, nil, nil
 	size := int(b.PayloadSize[c.i])
 	payload = b.Payloads[c.off : c.off+size : c.off+size]
 	topic, typeIndex = str(b.Topics[b.TopicIndex[c.i]]), b.TypeIndex[c.i]
 	if c.opt < len(b.Options) && int(b.Options[c.opt].Index) == c.i {
 		o := b.Options[c.opt]
 		exclude, onlyNode, c.stored = str(o.Exclude), str(o.OnlyNode), o.StoreCursor
+		c.traceparent, c.tracestate = o.Traceparent, o.Tracestate
 		c.opt++
 	}
 	c.i++
@@ -150,6 +173,12 @@ func (c *Cursor) Next() (topic string, typeIndex uint32, payload []byte, exclude
 // StoreCursor is the shared store's cursor of the entry Next returned last
 // (0: none).
 func (c *Cursor) StoreCursor() uint64 { return c.stored }
+
+// Trace is the W3C trace context (traceparent, tracestate) of the entry
+// Next returned last, as the peer sent it (not checked: see
+// core.CheckTrace); nil when it was published outside a trace. The bytes
+// alias the batch.
+func (c *Cursor) Trace() (traceparent, tracestate []byte) { return c.traceparent, c.tracestate }
 
 // TopicIndex is the index in Topics of the topic of the entry Next returned
 // last (see BadTopics).
@@ -168,7 +197,9 @@ func (b *Batch) Entry(i int) *Entry {
 			return nil
 		}
 		if j == i {
-			return &Entry{Topic: topic, PayloadType: b.PayloadType(ti), Payload: payload, Exclude: exclude, OnlyNode: only}
+			tp, ts := c.Trace()
+			return &Entry{Topic: topic, PayloadType: b.PayloadType(ti), Payload: payload, Exclude: exclude, OnlyNode: only,
+				Traceparent: string(tp), Tracestate: string(ts)}
 		}
 	}
 }

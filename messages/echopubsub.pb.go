@@ -379,7 +379,10 @@ type Entry struct {
 	Exclude string `protobuf:"bytes,4,opt,name=exclude,proto3" json:"exclude,omitempty"`
 	// DirectBroadcast: the only node whose subscribers receive this entry.
 	// Other nodes acknowledge it without delivering. Empty: every node.
-	OnlyNode      string `protobuf:"bytes,5,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	OnlyNode string `protobuf:"bytes,5,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	// The W3C trace context it was published in (see EntryOption).
+	Traceparent   string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,7,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +448,20 @@ func (x *Entry) GetExclude() string {
 func (x *Entry) GetOnlyNode() string {
 	if x != nil {
 		return x.OnlyNode
+	}
+	return ""
+}
+
+func (x *Entry) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Entry) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
 	}
 	return ""
 }
@@ -609,8 +626,8 @@ func (x *Batch) GetOptions() []*EntryOption {
 	return nil
 }
 
-// EntryOption is the exclude / only_node / store_cursor of entry `index`
-// of a Batch.
+// EntryOption is the exclude / only_node / store_cursor / trace context of
+// entry `index` of a Batch.
 type EntryOption struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Index    uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -619,7 +636,14 @@ type EntryOption struct {
 	// The entry's row in the cluster's shared durable store (0: none): the
 	// same row on every node, so a receiver's envelopes carry it too. A
 	// node-local store's cursors do not travel.
-	StoreCursor   uint64 `protobuf:"varint,4,opt,name=store_cursor,json=storeCursor,proto3" json:"store_cursor,omitempty"`
+	StoreCursor uint64 `protobuf:"varint,4,opt,name=store_cursor,json=storeCursor,proto3" json:"store_cursor,omitempty"`
+	// The W3C trace context the entry was published in (its publish span's
+	// `traceparent` and `tracestate` headers), when the publishing node traces
+	// (WithTracerProvider); empty otherwise, and ignored by a node of an
+	// earlier build. Bytes, not string, as the names above: a receiver checks
+	// them (an invalid one is dropped, the entry delivered).
+	Traceparent   []byte `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    []byte `protobuf:"bytes,6,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -680,6 +704,20 @@ func (x *EntryOption) GetStoreCursor() uint64 {
 		return x.StoreCursor
 	}
 	return 0
+}
+
+func (x *EntryOption) GetTraceparent() []byte {
+	if x != nil {
+		return x.Traceparent
+	}
+	return nil
+}
+
+func (x *EntryOption) GetTracestate() []byte {
+	if x != nil {
+		return x.Tracestate
+	}
+	return nil
 }
 
 // Register is the handshake a producer sends to a node's worker before any
@@ -2126,13 +2164,17 @@ var File_echopubsub_proto protoreflect.FileDescriptor
 
 const file_echopubsub_proto_rawDesc = "" +
 	"\n" +
-	"\x10echopubsub.proto\x12\rechopubsub.v1\x1a\x19google/protobuf/any.proto\"\x91\x01\n" +
+	"\x10echopubsub.proto\x12\rechopubsub.v1\x1a\x19google/protobuf/any.proto\"\xd3\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
 	"\fpayload_type\x18\x02 \x01(\tR\vpayloadType\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x18\n" +
 	"\aexclude\x18\x04 \x01(\tR\aexclude\x12\x1b\n" +
-	"\tonly_node\x18\x05 \x01(\tR\bonlyNode\"\xdc\x03\n" +
+	"\tonly_node\x18\x05 \x01(\tR\bonlyNode\x12 \n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\a \x01(\tR\n" +
+	"tracestate\"\xdc\x03\n" +
 	"\x05Batch\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -2150,12 +2192,16 @@ const file_echopubsub_proto_rawDesc = "" +
 	"type_index\x18\v \x03(\rR\ttypeIndex\x12!\n" +
 	"\fpayload_size\x18\f \x03(\rR\vpayloadSize\x12\x1a\n" +
 	"\bpayloads\x18\r \x01(\fR\bpayloads\x124\n" +
-	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"}\n" +
+	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"\xbf\x01\n" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\fR\aexclude\x12\x1b\n" +
 	"\tonly_node\x18\x03 \x01(\fR\bonlyNode\x12!\n" +
-	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\"\xa6\x04\n" +
+	"\fstore_cursor\x18\x04 \x01(\x04R\vstoreCursor\x12 \n" +
+	"\vtraceparent\x18\x05 \x01(\fR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x06 \x01(\fR\n" +
+	"tracestate\"\xa6\x04\n" +
 	"\bRegister\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +

@@ -44,11 +44,21 @@ func (e *BatchEncoder) Reset() {
 
 // Add appends one entry, as Batch.Add does (payload is copied).
 func (e *BatchEncoder) Add(topic, payloadType string, payload []byte, exclude, onlyNode string, storeCursor uint64) {
+	e.AddTraced(topic, payloadType, payload, exclude, onlyNode, storeCursor, "", "")
+}
+
+// AddTraced is Add for an entry published in a trace, with its W3C trace
+// context, as Batch.Add and Batch.SetTrace do. A traceparent "" is none:
+// the same bytes as Add.
+func (e *BatchEncoder) AddTraced(topic, payloadType string, payload []byte, exclude, onlyNode string, storeCursor uint64, traceparent, tracestate string) {
+	if traceparent == "" {
+		tracestate = ""
+	}
 	e.topicIdx = appendVarint(e.topicIdx, uint64(intern(&e.topics, topic)))
 	e.typeIdx = appendVarint(e.typeIdx, uint64(intern(&e.types, payloadType)))
 	e.sizes = appendVarint(e.sizes, uint64(len(payload)))
 	e.payloads = append(e.payloads, payload...)
-	if exclude != "" || onlyNode != "" || storeCursor != 0 {
+	if exclude != "" || onlyNode != "" || storeCursor != 0 || traceparent != "" {
 		n := 0
 		if e.n != 0 {
 			n += 1 + protowire.SizeVarint(uint64(e.n))
@@ -61,6 +71,12 @@ func (e *BatchEncoder) Add(topic, payloadType string, payload []byte, exclude, o
 		}
 		if storeCursor != 0 {
 			n += 1 + protowire.SizeVarint(storeCursor)
+		}
+		if traceparent != "" {
+			n += 1 + protowire.SizeBytes(len(traceparent))
+		}
+		if tracestate != "" {
+			n += 1 + protowire.SizeBytes(len(tracestate))
 		}
 		o := protowire.AppendTag(e.options, 14, protowire.BytesType)
 		o = protowire.AppendVarint(o, uint64(n))
@@ -75,6 +91,12 @@ func (e *BatchEncoder) Add(topic, payloadType string, payload []byte, exclude, o
 		}
 		if storeCursor != 0 {
 			o = protowire.AppendVarint(protowire.AppendTag(o, 4, protowire.VarintType), storeCursor)
+		}
+		if traceparent != "" {
+			o = protowire.AppendString(protowire.AppendTag(o, 5, protowire.BytesType), traceparent)
+		}
+		if tracestate != "" {
+			o = protowire.AppendString(protowire.AppendTag(o, 6, protowire.BytesType), tracestate)
 		}
 		e.options = o
 	}

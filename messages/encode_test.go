@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/echopubsub/echopubsub/internal/prop"
 	"google.golang.org/protobuf/proto"
-	"pgregory.net/rapid"
 
 	"github.com/echopubsub/echopubsub/messages"
 )
@@ -16,32 +16,41 @@ import (
 // encoder reused after Reset gives the same as a new one.
 func TestBatchEncoderMatchesMarshal(t *testing.T) {
 	var reused messages.BatchEncoder
-	rapid.Check(t, func(t *rapid.T) {
-		str := rapid.SampledFrom([]string{"", "a", "topic", "bench", "x/y/z", string(make([]byte, 130))})
+	prop.Check(t, func(t *prop.T) {
+		str := prop.SampledFrom([]string{"", "a", "topic", "bench", "x/y/z", string(make([]byte, 130))})
 		h := messages.BatchHeader{
-			ProtocolVersion:     rapid.Uint32Range(0, 300).Draw(t, "version"),
+			ProtocolVersion:     prop.Uint32Range(0, 300).Draw(t, "version"),
 			PubsubName:          str.Draw(t, "name"),
 			ProducerNode:        str.Draw(t, "node"),
-			ProducerIncarnation: rapid.Uint64().Draw(t, "inc"),
-			Group:               rapid.Uint32().Draw(t, "group"),
-			FirstCursor:         rapid.Uint64().Draw(t, "first"),
+			ProducerIncarnation: prop.Uint64().Draw(t, "inc"),
+			Group:               prop.Uint32().Draw(t, "group"),
+			FirstCursor:         prop.Uint64().Draw(t, "first"),
 		}
 		want := &messages.Batch{ProtocolVersion: h.ProtocolVersion, PubsubName: h.PubsubName, ProducerNode: h.ProducerNode,
 			ProducerIncarnation: h.ProducerIncarnation, Group: h.Group, FirstCursor: h.FirstCursor}
 		var fresh messages.BatchEncoder
 		reused.Reset()
-		n := rapid.IntRange(0, 200).Draw(t, "entries")
+		n := prop.IntRange(0, 200).Draw(t, "entries")
+		var traces [][2]string
 		for i := 0; i < n; i++ {
 			topic, typ := str.Draw(t, "topic"), str.Draw(t, "type")
 			// The length drawn on its own: a slice's is mostly small, and
 			// sizes of 128 and up are the columns' two-byte varints.
-			size := rapid.IntRange(0, 300).Draw(t, "size")
-			payload := rapid.SliceOfN(rapid.Byte(), size, size).Draw(t, "payload")
+			size := prop.IntRange(0, 300).Draw(t, "size")
+			payload := prop.SliceOfN(prop.Byte(), size, size).Draw(t, "payload")
 			exclude, only := str.Draw(t, "exclude"), str.Draw(t, "only")
-			stored := rapid.SampledFrom([]uint64{0, 1, 1 << 40}).Draw(t, "stored")
+			stored := prop.SampledFrom([]uint64{0, 1, 1 << 40}).Draw(t, "stored")
+			// A trace context on some entries (Batch.SetTrace; AddTraced).
+			tp := prop.SampledFrom([]string{"", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}).Draw(t, "traceparent")
+			ts := prop.SampledFrom([]string{"", "congo=t61rcWkgMzE"}).Draw(t, "tracestate")
 			want.Add(topic, typ, payload, exclude, only, stored)
-			fresh.Add(topic, typ, payload, exclude, only, stored)
-			reused.Add(topic, typ, payload, exclude, only, stored)
+			want.SetTrace(tp, ts)
+			fresh.AddTraced(topic, typ, payload, exclude, only, stored, tp, ts)
+			reused.AddTraced(topic, typ, payload, exclude, only, stored, tp, ts)
+			if tp == "" {
+				ts = ""
+			}
+			traces = append(traces, [2]string{tp, ts})
 		}
 		wire, err := proto.Marshal(want)
 		if err != nil {
@@ -60,6 +69,21 @@ func TestBatchEncoderMatchesMarshal(t *testing.T) {
 		sent, err := proto.Marshal(messages.Encoded(got))
 		if err != nil || !bytes.Equal(sent, wire) {
 			t.Fatalf("Encoded marshals to %x (%v), want %x", sent, err, wire)
+		}
+		var dec messages.Batch
+		if err := proto.Unmarshal(wire, &dec); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		// (Not Validate: a drawn first cursor may overflow; the columns are
+		// the encoder's own.)
+		c := dec.Entries()
+		for i := 0; ; i++ {
+			if _, _, _, _, _, ok := c.Next(); !ok {
+				break
+			}
+			if tp, ts := c.Trace(); string(tp) != traces[i][0] || string(ts) != traces[i][1] {
+				t.Fatalf("entry %d: trace (%q, %q), want %q", i, tp, ts, traces[i])
+			}
 		}
 	})
 }

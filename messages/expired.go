@@ -9,3 +9,7 @@ package messages
 func (x *CursorExpired) RangeKnown() bool {
 	return x != nil && x.To != 0 && x.ProducerIncarnation != 0
 }
+
+// GapRangeType is the PayloadType of a node-local store's gap row that
+// carries its range (a GapRange: see store.Record).
+const GapRangeType = "echopubsub.v1.GapRange"

@@ -128,4 +128,9 @@ type Delivery struct {
 	// Message is the decoded payload (an *Undecodable when it could not be
 	// decoded). It is shared by every local subscriber: do not mutate it.
 	Message proto.Message
+	// Traceparent and Tracestate are the W3C trace context the message was
+	// published in (its publish span), when the publishing node traces
+	// (echopubsub.WithTracerProvider); "" otherwise. Continue the trace with
+	// echopubsub.ContextWithTrace (see "Tracing" in docs/operations.md).
+	Traceparent, Tracestate string
 }

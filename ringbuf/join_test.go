@@ -3,7 +3,7 @@ package ringbuf
 import (
 	"testing"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 )
 
 // JoinSince errs only towards earlier: whatever the probe's delays and the
@@ -12,17 +12,17 @@ import (
 // withheld), and it is not earlier than that by more than the probe's
 // round trip plus the margin.
 func TestJoinSinceErrsOnlyTowardsEarlier(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		named := rapid.Int64Range(0, 1<<50).Draw(t, "named")         // the instant the age names, producer's clock
-		elapsed := rapid.Int64Range(0, 10*3600e9).Draw(t, "elapsed") // from it to the answer
-		rtt := rapid.Int64Range(0, 1e9).Draw(t, "round trip")        // the probe may leave before the named instant
+	prop.Check(t, func(t *prop.T) {
+		named := prop.Int64Range(0, 1<<50).Draw(t, "named")         // the instant the age names, producer's clock
+		elapsed := prop.Int64Range(0, 10*3600e9).Draw(t, "elapsed") // from it to the answer
+		rtt := prop.Int64Range(0, 1e9).Draw(t, "round trip")        // the probe may leave before the named instant
 		answered := named + elapsed
 		sent := answered - rtt
 		// The node's clock runs at rate of the producer's: NTP slews each
 		// clock by at most 500 ppm, so the two differ by up to
 		// 1.0005/0.9995 - 1, about 1000.5 ppm.
-		node := float64(rapid.IntRange(-500, 500).Draw(t, "node ppm")) / 1e6
-		producer := float64(rapid.IntRange(-500, 500).Draw(t, "producer ppm")) / 1e6
+		node := float64(prop.IntRange(-500, 500).Draw(t, "node ppm")) / 1e6
+		producer := float64(prop.IntRange(-500, 500).Draw(t, "producer ppm")) / 1e6
 		rate := (1 + node) / (1 + producer)
 		age := int64(float64(elapsed) * rate)
 		since := JoinSince(sent, age)

@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 )
 
 // model is the naive reference: it keeps every write forever.
@@ -87,17 +87,17 @@ func TestAtOutsideWindow(t *testing.T) {
 // TestAgainstModel checks every decision, and every replayed message, against
 // the naive model over random interleavings of writes and acknowledgements.
 func TestAgainstModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		capacity := rapid.IntRange(1, 16).Draw(t, "capacity")
+	prop.Check(t, func(t *prop.T) {
+		capacity := prop.IntRange(1, 16).Draw(t, "capacity")
 		r, err := New[int](capacity)
 		if err != nil {
 			t.Fatal(err)
 		}
 		m := &model{capacity: capacity}
 		var next uint64 // one node's next-needed cursor
-		steps := rapid.IntRange(1, 200).Draw(t, "steps")
+		steps := prop.IntRange(1, 200).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
-			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			switch prop.IntRange(0, 2).Draw(t, "op") {
 			case 0, 1:
 				v := len(m.all)
 				c, err := r.Write(v)
@@ -106,7 +106,7 @@ func TestAgainstModel(t *testing.T) {
 				}
 				m.all = append(m.all, v)
 			case 2:
-				next = rapid.Uint64Range(next, uint64(len(m.all))).Draw(t, "ack")
+				next = prop.Uint64Range(next, uint64(len(m.all))).Draw(t, "ack")
 			}
 			d, err := r.Decide(next)
 			if err != nil {
@@ -124,8 +124,8 @@ func TestAgainstModel(t *testing.T) {
 					}
 				}
 				// Span of any run within the decision is those values.
-				from := rapid.Uint64Range(d.From, d.To).Draw(t, "span from")
-				to := rapid.Uint64Range(from, d.To).Draw(t, "span to")
+				from := prop.Uint64Range(d.From, d.To).Draw(t, "span from")
+				to := prop.Uint64Range(from, d.To).Draw(t, "span to")
 				a, b, err := r.Span(from, to)
 				got := append(append([]int{}, a...), b...)
 				if err != nil || fmt.Sprint(got) != fmt.Sprint(append([]int{}, want[from-d.From:to-d.From]...)) {
@@ -220,23 +220,23 @@ func BenchmarkDecide(b *testing.B) {
 // times (non-decreasing, with ties): a joiner is owed exactly the writes made
 // at or after since; Expired exactly when one of them was overwritten.
 func TestJoinAgainstModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		capacity := rapid.IntRange(1, 16).Draw(t, "capacity")
+	prop.Check(t, func(t *prop.T) {
+		capacity := prop.IntRange(1, 16).Draw(t, "capacity")
 		r, err := New[int](capacity)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var times []int64
 		var now int64
-		writes := rapid.IntRange(0, 60).Draw(t, "writes")
+		writes := prop.IntRange(0, 60).Draw(t, "writes")
 		for i := 0; i < writes; i++ {
-			now += rapid.Int64Range(0, 3).Draw(t, "tick")
+			now += prop.Int64Range(0, 3).Draw(t, "tick")
 			if _, err := r.WriteAt(i, now); err != nil {
 				t.Fatal(err)
 			}
 			times = append(times, now)
 		}
-		since := rapid.Int64Range(-1, now+2).Draw(t, "since")
+		since := prop.Int64Range(-1, now+2).Draw(t, "since")
 		owed := len(times) // first cursor written at or after since
 		for i, at := range times {
 			if at >= since {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test/testpb"
@@ -47,21 +47,21 @@ func resumed() *messages.BackPressure {
 	return &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED}
 }
 
-func genValid(t *rapid.T) *genStream {
+func genValid(t *prop.T) *genStream {
 	keys := []streamKey{{"n0", 0}, {"n0", 1}, {"n1", 0}}
-	n := rapid.IntRange(1, 4).Draw(t, "publishers")
+	n := prop.IntRange(1, 4).Draw(t, "publishers")
 	g := &genStream{}
 	clock := int64(0)
 	tick := func() int64 { clock++; return clock }
-	late := rapid.Bool().Draw(t, "late")
+	late := prop.Bool().Draw(t, "late")
 	for i := 0; i < n; i++ {
-		p := &genPub{name: fmt.Sprintf("p%d", i), key: keys[rapid.IntRange(0, len(keys)-1).Draw(t, "key")], next: 1}
+		p := &genPub{name: fmt.Sprintf("p%d", i), key: keys[prop.IntRange(0, len(keys)-1).Draw(t, "key")], next: 1}
 		if late { // broadcast before the subscriber subscribed; its baseline is any suffix
-			k := rapid.IntRange(0, 4).Draw(t, "prehistory")
+			k := prop.IntRange(0, 4).Draw(t, "prehistory")
 			for s := 0; s < k; s++ {
 				p.sentAt = append(p.sentAt, tick())
 			}
-			p.next = uint64(rapid.IntRange(1, k+1).Draw(t, "baseline"))
+			p.next = uint64(prop.IntRange(1, k+1).Draw(t, "baseline"))
 		}
 		g.pubs = append(g.pubs, p)
 	}
@@ -88,35 +88,35 @@ func genValid(t *rapid.T) *genStream {
 		p.next = max(p.next, uint64(len(p.sentAt))+1) + uint64(k)
 		publish(p, p.next-1)
 	}
-	steps := rapid.IntRange(1, 50).Draw(t, "steps")
+	steps := prop.IntRange(1, 50).Draw(t, "steps")
 	for i := 0; i < steps; i++ {
-		p := g.pubs[rapid.IntRange(0, n-1).Draw(t, "pub")]
-		switch rapid.IntRange(0, 9).Draw(t, "op") {
+		p := g.pubs[prop.IntRange(0, n-1).Draw(t, "pub")]
+		switch prop.IntRange(0, 9).Draw(t, "op") {
 		case 0: // the producer's buffer expired: p (and maybe others through it) lose some
 			g.events = append(g.events, &messages.CursorExpired{Node: p.key.node, Group: p.key.group, Reason: "fell behind the buffer"})
-			lose(p, rapid.IntRange(1, 5).Draw(t, "skip"))
+			lose(p, prop.IntRange(1, 5).Draw(t, "skip"))
 			for _, q := range g.pubs {
-				if q != p && q.key == p.key && rapid.Bool().Draw(t, "also") {
-					lose(q, rapid.IntRange(1, 3).Draw(t, "skip"))
+				if q != p && q.key == p.key && prop.Bool().Draw(t, "also") {
+					lose(q, prop.IntRange(1, 3).Draw(t, "skip"))
 				}
 			}
 		case 1: // redelivery of what was just delivered
 			if p.delivered == 0 || p.delivered < p.next-1 {
 				continue
 			}
-			back := uint64(rapid.IntRange(0, 2).Draw(t, "back"))
+			back := uint64(prop.IntRange(0, 2).Draw(t, "back"))
 			for s := p.delivered - min(back, p.delivered-p.run); s <= p.delivered; s++ {
 				g.events = append(g.events, delivery(p, s))
 			}
 		case 2: // dropped for: DROPPING, losses, RESUMED; nothing delivered in between
 			g.events = append(g.events, dropping())
-			lose(p, rapid.IntRange(1, 3).Draw(t, "dropped"))
+			lose(p, prop.IntRange(1, 3).Draw(t, "dropped"))
 			for _, q := range g.pubs {
-				if q != p && rapid.Bool().Draw(t, "also") {
-					lose(q, rapid.IntRange(1, 3).Draw(t, "dropped"))
+				if q != p && prop.Bool().Draw(t, "also") {
+					lose(q, prop.IntRange(1, 3).Draw(t, "dropped"))
 				}
 			}
-			if i < steps-1 || rapid.Bool().Draw(t, "resume at the end") {
+			if i < steps-1 || prop.Bool().Draw(t, "resume at the end") {
 				g.events = append(g.events, resumed())
 			}
 		default:
@@ -267,7 +267,7 @@ func newDeliveries(events []interface{}) []int {
 // --- the properties ---
 
 func TestCheckerAcceptsValidStreams(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
 		if u := g.uncovered(g.events); len(u) != 0 {
 			t.Fatalf("generator made an uncovered loss: %+v", u[0])
@@ -289,13 +289,13 @@ func TestCheckerAcceptsValidStreams(t *testing.T) {
 // mid-stream (silent gap), as the first of a stream the subscriber had to
 // start with (start gap), or as the last (tail gap).
 func TestCheckerCatchesPlantedGap(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
 		idx := newDeliveries(g.events)
 		if len(idx) == 0 {
 			t.Skip("no delivery")
 		}
-		d := g.events[idx[rapid.IntRange(0, len(idx)-1).Draw(t, "cut")]].(*messages.Delivery)
+		d := g.events[idx[prop.IntRange(0, len(idx)-1).Draw(t, "cut")]].(*messages.Delivery)
 		st := stampOf(d)
 		events := withoutSeqs(g.events, st.Publisher, st.Seq, st.Seq)
 		u := g.uncovered(events)
@@ -324,7 +324,7 @@ func TestCheckerCatchesPlantedGap(t *testing.T) {
 // A loss right after RESUMED (in a stream whose DROPPING window was closed
 // by its first message after RESUMED) is caught.
 func TestCheckerCatchesLossAfterResumed(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
 		// Candidates: the second new delivery of a stream after a RESUMED.
 		var cands []*messages.Delivery
@@ -346,7 +346,7 @@ func TestCheckerCatchesLossAfterResumed(t *testing.T) {
 		if len(cands) == 0 {
 			t.Skip("no stream with two messages after a RESUMED")
 		}
-		st := stampOf(cands[rapid.IntRange(0, len(cands)-1).Draw(t, "cut")])
+		st := stampOf(cands[prop.IntRange(0, len(cands)-1).Draw(t, "cut")])
 		events := withoutSeqs(g.events, st.Publisher, st.Seq, st.Seq)
 		if len(g.uncovered(events)) == 0 {
 			t.Skip("a later notice explains it")
@@ -361,7 +361,7 @@ func TestCheckerCatchesLossAfterResumed(t *testing.T) {
 // stream's previous message, or making it a CursorExpired for another
 // producer, each makes that loss silent.
 func TestCheckerCatchesMissingOrMisplacedNotice(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
 		type sole struct {
 			l      loss
@@ -378,9 +378,9 @@ func TestCheckerCatchesMissingOrMisplacedNotice(t *testing.T) {
 		if len(soles) == 0 {
 			t.Skip("no loss with a sole notice")
 		}
-		s := soles[rapid.IntRange(0, len(soles)-1).Draw(t, "sole")]
+		s := soles[prop.IntRange(0, len(soles)-1).Draw(t, "sole")]
 		var events []interface{}
-		switch how := rapid.IntRange(0, 2).Draw(t, "how"); how {
+		switch how := prop.IntRange(0, 2).Draw(t, "how"); how {
 		case 0:
 			events = without(g.events, func(i int, _ interface{}) bool { return i == s.notice })
 		case 1:
@@ -414,14 +414,14 @@ func TestCheckerCatchesMissingOrMisplacedNotice(t *testing.T) {
 // A subscriber that stops hearing from a publisher that kept publishing is
 // caught at the end, unless told after its last message.
 func TestCheckerCatchesSilentTail(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
-		p := g.pubs[rapid.IntRange(0, len(g.pubs)-1).Draw(t, "pub")]
+		p := g.pubs[prop.IntRange(0, len(g.pubs)-1).Draw(t, "pub")]
 		if len(p.sentAt) == 0 {
 			t.Skip("nothing to cut")
 		}
 		// Cut at least one message: from is at most the last one sent.
-		from := uint64(rapid.IntRange(1, len(p.sentAt)).Draw(t, "from"))
+		from := uint64(prop.IntRange(1, len(p.sentAt)).Draw(t, "from"))
 		events := withoutSeqs(g.events, p.name, from, ^uint64(0))
 		if len(g.uncovered(events)) == 0 {
 			t.Skip("explained")
@@ -435,7 +435,7 @@ func TestCheckerCatchesSilentTail(t *testing.T) {
 
 // Swapping two consecutive new deliveries of one publisher is caught.
 func TestCheckerCatchesPlantedReorder(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
 		var pairs [][2]int
 		idx := newDeliveries(g.events)
@@ -450,7 +450,7 @@ func TestCheckerCatchesPlantedReorder(t *testing.T) {
 		if len(pairs) == 0 {
 			t.Skip("no swappable pair")
 		}
-		p := pairs[rapid.IntRange(0, len(pairs)-1).Draw(t, "pair")]
+		p := pairs[prop.IntRange(0, len(pairs)-1).Draw(t, "pair")]
 		events := append([]interface{}(nil), g.events...)
 		events[p[0]], events[p[1]] = events[p[1]], events[p[0]]
 		if r := runEvents(g, events); r.Counts.Reorders+r.Counts.SilentGaps == 0 {
@@ -462,11 +462,11 @@ func TestCheckerCatchesPlantedReorder(t *testing.T) {
 // A notice after which nothing it speaks for was missing is a false alarm;
 // a "producer restarted" one is precautionary instead.
 func TestCheckerCountsFalseAlarms(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		g := genValid(t)
-		at := rapid.IntRange(0, len(g.events)).Draw(t, "at")
+		at := prop.IntRange(0, len(g.events)).Draw(t, "at")
 		var extra interface{}
-		switch rapid.IntRange(0, 2).Draw(t, "kind") {
+		switch prop.IntRange(0, 2).Draw(t, "kind") {
 		case 0:
 			extra = &messages.CursorExpired{Node: "n9", Group: 0, Reason: "fell behind the buffer"}
 		case 1:

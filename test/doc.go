@@ -25,13 +25,19 @@
 //     that needs a backend's files across processes lives in that
 //     backend's module (store/bolt/restart_process_test.go).
 //   - Tests of what others get: module graphs, go get, the README's
-//     main.go: internal/modgraph and readme_test.go.
+//     main.go: the test/modgraph module and readme_test.go.
+//   - Property tests: internal/prop's Check (rapid's API without the
+//     dependency: the root go.mod requires no module only tests use).
 //   - Browser and end-to-end tests, benchmarks against other systems: the
 //     test/e2e module (chromedp, NATS stay out of the library's go.mod).
 //   - Soak and chaos tests of real processes: test/chaos (short soaks in
 //     go test, planted defects) and test/soak (the long run, make
 //     soak-long); sessions on a durable topic with store/bolt or
 //     store/postgres: test/e2e/sessionsoak (the backends stay out of the
-//     root module; it reuses test/chaos's cluster, faults, record and
-//     session checker; make soak-sessions for the long run).
+//     root module; it reuses test/chaos's cluster, faults, soak runner,
+//     record and session checker; make soak-sessions for the long run).
+//   - Child processes (child nodes of the root's tests, storetest's
+//     store nodes, the chaos and session nodes, the benchmark's nodes)
+//     speak internal/proc's JSON lines: the parent through proc.Start
+//     and Call, the child through proc.Child and proc.Commands.
 package test

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // FailingStore is a MemStore whose writes can be made to fail, as a full
@@ -42,7 +42,7 @@ func (s *FailingStore) Append(ctx context.Context, recs []echopubsub.Record) err
 }
 
 // AppendAt implements the module's LocalStore.
-func (s *FailingStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+func (s *FailingStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos store.ProducerPosition) error {
 	if err := s.failure(); err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (s *FailingStore) AppendAt(ctx context.Context, recs []echopubsub.Record, p
 }
 
 // MarkGap implements the module's LocalStore.
-func (s *FailingStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+func (s *FailingStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos store.ProducerPosition) error {
 	if err := s.failure(); err != nil {
 		return err
 	}

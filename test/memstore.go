@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // MemStore is a node-local echopubsub.Store in memory, for tests of the
@@ -19,7 +19,8 @@ import (
 // the module's internal LocalStore) and passes store/storetest, but
 // nothing survives its process. Reopen gives a new handle on the same
 // rows, as reopening a file does; Close closes one handle. It implements
-// echopubsub.Trimmer (retention) as the real stores do.
+// echopubsub.Trimmer (retention) and store.ConsumerStore (named
+// consumers) as the real stores do.
 type MemStore struct {
 	d      *memData
 	closed atomic.Bool
@@ -28,7 +29,8 @@ type MemStore struct {
 type memData struct {
 	mu        sync.Mutex
 	streams   map[string]*memStream
-	positions map[string]core.ProducerPosition
+	positions map[string]store.ProducerPosition
+	consumers storekit.ConsumerTable
 }
 
 // memStream is one stream: rows holds cursors first.. (trimmed rows gone).
@@ -42,7 +44,8 @@ func (m *memStream) end() uint64 { return m.first + uint64(len(m.rows)) - 1 }
 
 // NewMemStore returns an empty store.
 func NewMemStore() *MemStore {
-	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]core.ProducerPosition{}}}
+	return &MemStore{d: &memData{streams: map[string]*memStream{}, positions: map[string]store.ProducerPosition{},
+		consumers: storekit.NewConsumerTable()}}
 }
 
 // Reopen returns a new open handle on s's rows (s may be closed).
@@ -59,11 +62,11 @@ func (s *MemStore) Close() error {
 
 // Append implements echopubsub.Store.
 func (s *MemStore) Append(ctx context.Context, recs []echopubsub.Record) error {
-	return s.AppendAt(ctx, recs, core.ProducerPosition{})
+	return s.AppendAt(ctx, recs, store.ProducerPosition{})
 }
 
-// AppendAt implements core.LocalStore (a zero pos records nothing).
-func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+// AppendAt implements store.LocalStore (a zero pos records nothing).
+func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos store.ProducerPosition) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -82,8 +85,8 @@ func (s *MemStore) AppendAt(ctx context.Context, recs []echopubsub.Record, pos c
 	return nil
 }
 
-// MarkGap implements core.LocalStore: gap goes to every stream held.
-func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
+// MarkGap implements store.LocalStore: gap goes to every stream held.
+func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos store.ProducerPosition) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -101,16 +104,16 @@ func (s *MemStore) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.
 	return nil
 }
 
-// Position implements core.LocalStore.
-func (s *MemStore) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+// Position implements store.LocalStore.
+func (s *MemStore) Position(ctx context.Context, node string, group uint32) (store.ProducerPosition, bool, error) {
 	if err := s.usable(ctx); err != nil {
-		return core.ProducerPosition{}, false, err
+		return store.ProducerPosition{}, false, err
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	p, ok := s.d.positions[memPositionKey(node, group)]
 	if !ok {
-		p = core.ProducerPosition{Node: node, Group: group}
+		p = store.ProducerPosition{Node: node, Group: group}
 	}
 	return p, ok, nil
 }
@@ -159,20 +162,20 @@ func (s *MemStore) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubs
 	var out []echopubsub.Trimmed
 	for _, name := range s.d.names() {
 		m := s.d.streams[name]
-		walk := func(rows []echopubsub.Record, down bool) func(func(storekit.Row) bool) {
-			return func(yield func(storekit.Row) bool) {
+		walk := func(rows []echopubsub.Record, down bool) func(func(store.TrimRow) bool) {
+			return func(yield func(store.TrimRow) bool) {
 				for i := range rows {
 					rec := &rows[i]
 					if down {
 						rec = &rows[len(rows)-1-i]
 					}
-					if !yield(storekit.Row{Cursor: rec.Cursor, Time: rec.Time, Bytes: uint64(len(rec.Payload))}) {
+					if !yield(store.TrimRow{Cursor: rec.Cursor, Time: rec.Time, Bytes: uint64(len(rec.Payload))}) {
 						return
 					}
 				}
 			}
 		}
-		cut := storekit.Cut(r, now, m.first, m.end(), walk(m.rows, false), walk(m.rows, true))
+		cut := r.CutHeld(now, m.first, m.end(), s.d.consumers.Held(name), walk(m.rows, false), walk(m.rows, true))
 		if cut < m.first {
 			continue
 		}
@@ -185,6 +188,42 @@ func (s *MemStore) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubs
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// CommitConsumer implements store.ConsumerStore.
+func (s *MemStore) CommitConsumer(ctx context.Context, stream, name string, cursor uint64) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.consumers.Commit(stream, name, cursor, time.Now())
+	return nil
+}
+
+// Consumers implements store.ConsumerStore.
+func (s *MemStore) Consumers(ctx context.Context, stream string) ([]store.Consumer, uint64, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, 0, err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	var end uint64
+	if m := s.d.streams[stream]; m != nil {
+		end = m.end()
+	}
+	return s.d.consumers.List(stream), end, nil
+}
+
+// DeleteConsumer implements store.ConsumerStore.
+func (s *MemStore) DeleteConsumer(ctx context.Context, stream, name string) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.consumers.Delete(stream, name)
+	return nil
 }
 
 func (s *MemStore) usable(ctx context.Context) error {
@@ -218,8 +257,8 @@ func (d *memData) add(r echopubsub.Record) uint64 {
 }
 
 // record keeps pos (the zero position is none); d.mu held.
-func (d *memData) record(pos core.ProducerPosition) {
-	if pos != (core.ProducerPosition{}) {
+func (d *memData) record(pos store.ProducerPosition) {
+	if pos != (store.ProducerPosition{}) {
 		d.positions[memPositionKey(pos.Node, pos.Group)] = pos
 	}
 }
@@ -227,6 +266,7 @@ func (d *memData) record(pos core.ProducerPosition) {
 func memPositionKey(node string, group uint32) string { return fmt.Sprintf("%s/%d", node, group) }
 
 var (
-	_ core.LocalStore[echopubsub.Record] = (*MemStore)(nil)
-	_ echopubsub.Trimmer                 = (*MemStore)(nil)
+	_ store.LocalStore    = (*MemStore)(nil)
+	_ echopubsub.Trimmer  = (*MemStore)(nil)
+	_ store.ConsumerStore = (*MemStore)(nil)
 )

@@ -12,7 +12,8 @@ import (
 // contract (the suite every backend passes).
 func TestMemStoreConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T) echopubsub.Store { return test.NewMemStore() },
+		GapRows: true,
+		Open:    func(t *testing.T) echopubsub.Store { return test.NewMemStore() },
 		Reopen: func(t *testing.T, s echopubsub.Store) echopubsub.Store {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/internal/core"
@@ -47,6 +48,7 @@ type Dispatcher struct {
 	node   string
 	log    zerolog.Logger
 	m      *core.Metrics // set by SetMetrics before the first delivery; nil: not counted
+	tracer trace.Tracer  // set by SetTracer before the first delivery; nil: no delivery spans
 
 	topics  sync.Map // topic -> *topicSubs; written by the registry only
 	notices atomic.Pointer[noticeSubscriber]
@@ -233,6 +235,9 @@ type Item struct {
 	// not take (a gap row will count it).
 	StoreCursor uint64
 	Unstored    bool
+	// Traceparent and Tracestate are the W3C trace context it was
+	// published in ("": none), checked (core.CheckTrace when from a peer).
+	Traceparent, Tracestate string
 
 	// The topic's subscriptions as Deliver last looked them up for this
 	// Item (for topic cachedName; cachedOK once looked up). An Item reused
@@ -257,6 +262,15 @@ func (d *Dispatcher) Deliver(it *Item) {
 	if t == nil || t.live.Load() == 0 {
 		return
 	}
+	if it.Traceparent != "" && d.tracer != nil {
+		d.deliverTraced(it, t)
+		return
+	}
+	d.deliver(it, t)
+}
+
+// deliver is Deliver once the topic's subscriptions are found.
+func (d *Dispatcher) deliver(it *Item, t *topicSubs) {
 	subs := *t.list.Load()
 	msg := it.Message
 	if msg == nil {
@@ -274,7 +288,8 @@ func (d *Dispatcher) Deliver(it *Item) {
 		if s.withMeta {
 			if meta == nil {
 				meta = &messages.Delivery{Node: it.Node, Group: it.Group, Incarnation: it.Incarnation,
-					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Unstored: it.Unstored, Message: msg}
+					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Unstored: it.Unstored, Message: msg,
+					Traceparent: it.Traceparent, Tracestate: it.Tracestate}
 			}
 			m = meta
 		}
@@ -285,8 +300,10 @@ func (d *Dispatcher) Deliver(it *Item) {
 // DeliverLocal hands w to this node's subscribers only (LocalBroadcast):
 // not buffered, no cursor.
 func (d *Dispatcher) DeliverLocal(w *core.Write) {
-	d.Deliver(&Item{Topic: w.Topic, Message: w.Msg, PayloadType: w.PayloadType, Payload: w.Payload,
-		Exclude: w.Exclude, Node: d.node, Local: true})
+	it := Item{Topic: w.Topic, Message: w.Msg, PayloadType: w.PayloadType, Payload: w.Payload,
+		Exclude: w.Exclude, Node: d.node, Local: true}
+	it.Traceparent, it.Tracestate = w.Trace.Headers()
+	d.Deliver(&it)
 }
 
 // resolveNamed returns the PID and counting mailbox a named subscriber

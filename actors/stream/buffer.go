@@ -58,6 +58,9 @@ type extra struct {
 	// stored is the message's row in the cluster's shared store (0: none):
 	// it travels with the message (core.Write.SharedCursor).
 	stored uint64
+	// trace is the trace context it was published in (core.Write.Trace,
+	// never modified; nil: none).
+	trace *core.Trace
 }
 
 type segment struct {
@@ -86,15 +89,15 @@ func (s *store) write(e *core.Write, at int64) (uint64, error) {
 	}
 	rec := record{topic: s.topics.acquire(e.Topic), typ: s.types.acquire(e.PayloadType), size: uint32(len(e.Payload))}
 	rec.seg, rec.off = s.appendPayload(e.Payload, c)
-	if e.Exclude != "" || e.OnlyNode != "" || e.SharedCursor != 0 {
+	if e.Exclude != "" || e.OnlyNode != "" || e.SharedCursor != 0 || e.Trace != nil {
 		rec.size |= extraBit
-		s.extras[c] = extra{exclude: e.Exclude, onlyNode: e.OnlyNode, stored: e.SharedCursor}
+		s.extras[c] = extra{exclude: e.Exclude, onlyNode: e.OnlyNode, stored: e.SharedCursor, trace: e.Trace}
 	}
 	if _, err := s.ring.WriteAt(rec, at); err != nil {
 		s.release(c, rec) // not stored: give back what it took (its bytes stay in the segment)
 		return 0, err
 	}
-	s.size += uint64(entrySize(e.Topic, e.Payload, e.Exclude, e.OnlyNode))
+	s.size += uint64(entrySize(e.Topic, e.Payload, e.Exclude, e.OnlyNode) + e.Trace.Size())
 	return c, nil
 }
 

@@ -8,36 +8,50 @@ import (
 
 	"github.com/echopubsub/echopubsub/internal/core"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 )
 
 // TestStoreAgainstModel: whatever is written, every buffered cursor reads
-// back exactly (topic, type, payload, options), overwritten ones are gone,
+// back exactly (topic, type, payload, options, trace context), overwritten
+// ones are gone, every write counts its batch bytes (trace context included),
 // and what the store keeps for overwritten messages (interned strings,
 // options, segments) is released with them.
 func TestStoreAgainstModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		capacity := rapid.IntRange(1, 40).Draw(t, "capacity")
+	prop.Check(t, func(t *prop.T) {
+		capacity := prop.IntRange(1, 40).Draw(t, "capacity")
 		s, err := newStore(capacity)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var all []core.Write
-		writes := rapid.IntRange(0, 300).Draw(t, "writes")
+		var size uint64
+		writes := prop.IntRange(0, 300).Draw(t, "writes")
 		for i := 0; i < writes; i++ {
 			e := core.Write{
-				Topic:       fmt.Sprintf("t%d", rapid.IntRange(0, 5).Draw(t, "topic")),
-				PayloadType: fmt.Sprintf("ty%d", rapid.IntRange(0, 2).Draw(t, "type")),
-				Payload:     bytes.Repeat([]byte{byte(i)}, rapid.IntRange(0, 3).Draw(t, "size")*rapid.IntRange(0, 40_000).Draw(t, "unit")),
+				Topic:       fmt.Sprintf("t%d", prop.IntRange(0, 5).Draw(t, "topic")),
+				PayloadType: fmt.Sprintf("ty%d", prop.IntRange(0, 2).Draw(t, "type")),
+				Payload:     bytes.Repeat([]byte{byte(i)}, prop.IntRange(0, 3).Draw(t, "size")*prop.IntRange(0, 40_000).Draw(t, "unit")),
 			}
-			if rapid.IntRange(0, 9).Draw(t, "extra") == 0 {
+			if prop.IntRange(0, 9).Draw(t, "extra") == 0 {
 				e.Exclude, e.OnlyNode = fmt.Sprintf("x%d", i), "n"
+			}
+			if prop.IntRange(0, 4).Draw(t, "traced") == 0 {
+				e.Trace = &core.Trace{Parent: fmt.Sprintf("00-%032x-%016x-01", i+1, i+1), State: prop.SampledFrom([]string{"", "v=1"}).Draw(t, "state")}
 			}
 			c, err := s.write(&e, int64(i))
 			if err != nil || c != uint64(i) {
 				t.Fatalf("write %d: cursor %d, %v", i, c, err)
 			}
 			all = append(all, e)
+			// The batch bytes count the trace context too (MaxBatchBytes
+			// bounds what goes on the wire).
+			size += uint64(entrySize(e.Topic, e.Payload, e.Exclude, e.OnlyNode))
+			if e.Trace != nil {
+				size += uint64(len(e.Trace.Parent) + len(e.Trace.State) + 4)
+			}
+			if s.size != size {
+				t.Fatalf("write %d: the store counts %d batch bytes, want %d", i, s.size, size)
+			}
 		}
 		oldest := 0
 		if len(all) > capacity {
@@ -48,7 +62,7 @@ func TestStoreAgainstModel(t *testing.T) {
 			topic, typ, payload, ex, err := s.at(uint64(c))
 			want := all[c]
 			if err != nil || topic != want.Topic || typ != want.PayloadType || !bytes.Equal(payload, want.Payload) ||
-				ex.exclude != want.Exclude || ex.onlyNode != want.OnlyNode {
+				ex.exclude != want.Exclude || ex.onlyNode != want.OnlyNode || ex.trace != want.Trace {
 				t.Fatalf("at(%d) = %q %q %d bytes %+v %v; want %+v", c, topic, typ, len(payload), ex, err, want)
 			}
 			live[want.Topic] = true
@@ -63,7 +77,7 @@ func TestStoreAgainstModel(t *testing.T) {
 		}
 		extras := 0
 		for c := oldest; c < len(all); c++ {
-			if all[c].Exclude != "" {
+			if all[c].Exclude != "" || all[c].Trace != nil {
 				extras++
 			}
 		}

@@ -12,6 +12,7 @@
 //   - producer_call.go: calls to a worker, their failures and retries
 //   - producer_drain.go: graceful Stop (Drain, Retire)
 //   - producer_stats.go: StatsQuery and the stall watch
+//   - producer_receipt.go: what the acks say to BroadcastAwait's receipts
 //   - buffer.go, lease.go, reach.go: the compact buffer, the lease, the
 //     connection check before a call
 //

@@ -9,7 +9,7 @@ import (
 // leaseTerm is how far ahead a producer's lease reaches: it records "this
 // incarnation writes nothing after now + leaseTerm without recording a
 // new lease first" about every leaseTerm/2 while it writes (see
-// store_lease.go in the root package).
+// internal/durable/lease.go).
 const leaseTerm = 2 * time.Second
 
 // leaseRetry is the wait after a failed Lease call before the next one.

@@ -74,6 +74,9 @@ type producer struct {
 	// the own-node deliveries since (both recorded at each flush).
 	metered   uint64
 	delivered int64
+	// awaits are the receipts waiting on this producer's writes
+	// (producer_receipt.go).
+	awaits []*core.Await
 }
 
 // NewProducer makes the producer of pool group group: it buffers the
@@ -250,7 +253,11 @@ func (p *producer) write(ctx actor.Context, w *core.Write, it *delivery.Item) {
 		p.delivered++
 		it.Topic, it.Message, it.PayloadType, it.Payload, it.Exclude = e.Topic, w.Msg, e.PayloadType, e.Payload, e.Exclude
 		it.Node, it.Group, it.Incarnation, it.Cursor, it.StoreCursor = p.node, p.group, p.inc, c, e.StoreCursor
+		it.Traceparent, it.Tracestate = e.Trace.Headers()
 		p.d.Deliver(it)
+	}
+	if w.Await != nil {
+		p.track(w.Await, c)
 	}
 	p.armFlush(ctx)
 }

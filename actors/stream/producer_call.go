@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
@@ -77,6 +78,7 @@ func (p *producer) answered(pe *peer) {
 	pe.failures, pe.lastErr, pe.lastAck, pe.callable = 0, "", time.Now(), true
 	pe.failWarned = false
 	pe.gauge.Failures.Store(0)
+	p.reachability(pe, core.Pending)
 }
 
 // failed leaves pe's cursor where it is and retries after RetryInterval. It
@@ -92,6 +94,7 @@ func (p *producer) failed(ctx actor.Context, pe *peer, err error) {
 	pe.failures++
 	pe.lastFail = err.Error()
 	pe.callable = false // the next call waits until the node accepts a connection (reach.go)
+	p.reachability(pe, core.Unreachable)
 	if pe.failures == 1 {
 		pe.failingSince = time.Now()
 	}

@@ -182,6 +182,7 @@ func (p *producer) registerV1(ctx actor.Context, pe *peer) {
 // joined takes the worker's cursor for this producer incarnation.
 func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck) {
 	pe.probes = 0
+	told := ack.ToldJoin != 0 && pe.toldFor != ack.ToldJoin
 	if ack.ToldJoin != 0 && pe.toldFor != ack.ToldJoin {
 		// Counted from the worker's word, once per join that told: not for
 		// a join the worker already held (it kept its cursor, told nothing
@@ -200,6 +201,7 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 	if pe.workerInc != 0 && pe.workerInc != ack.WorkerIncarnation {
 		p.log.Info().Str("peer", pe.m.Name).Msg("node restarted: it gets what was written since")
 	}
+	p.settleJoin(pe, ack.NextCursor, told, pe.workerInc == ack.WorkerIncarnation)
 	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
 	p.rewind(pe) // batches of a previous registration count for nothing here
 	pe.m.Incarnation = ack.WorkerIncarnation

@@ -138,6 +138,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	case cluster.Left:
 		if pe != nil && !pe.absent {
 			pe.absent = true
+			p.reachability(pe, core.Unreachable)
 			p.log.Info().Str("peer", m.Name).Dur("forget_after_ms", p.cfg.ForgetAfter).Msg("node left the membership: keeping its read cursor")
 			pe.forgetCancel = p.sched.SendOnce(p.cfg.ForgetAfter, ctx.Self(), &forgetCheck{node: m.Name})
 			p.checkDrain(ctx)

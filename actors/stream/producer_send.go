@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/ringbuf"
@@ -157,6 +158,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 			// its node got: send again from there (once per epoch).
 			if epoch == pe.epoch {
 				pe.next = min(ack.NextCursor, p.ring.WriteCursor())
+				p.settle(pe, pe.next, core.Delivered)
 				p.rewind(pe)
 			} else {
 				p.acked(pe, ack.NextCursor)
@@ -193,6 +195,7 @@ func (p *producer) acked(pe *peer, workerNext uint64) {
 	if pe.sent < pe.next {
 		pe.sent = pe.next
 	}
+	p.settle(pe, pe.next, core.Delivered)
 	// The lag gauge and the stall watch see the ack now: the ack of the
 	// last batch is not followed by a service call when nothing is left
 	// (the gauge kept the lag it had at the send, and an idle, caught-up
@@ -224,7 +227,7 @@ func (p *producer) full(pe *peer) bool {
 			if err != nil { // overwritten: Decide sends Expire, not a batch
 				return false
 			}
-			size += uint64(entrySize(topic, payload, ex.exclude, ex.onlyNode))
+			size += uint64(entrySize(topic, payload, ex.exclude, ex.onlyNode) + ex.trace.Size())
 		}
 		pe.mark, pe.markSize = pe.sent, p.buf.size-size
 	}
@@ -280,12 +283,13 @@ entries:
 	for _, run := range [2][]record{runA, runB} {
 		for _, rec := range run {
 			topic, typ, payload, ex := p.buf.entry(c, rec)
-			sz := entrySize(topic, payload, ex.exclude, ex.onlyNode)
+			sz := entrySize(topic, payload, ex.exclude, ex.onlyNode) + ex.trace.Size()
 			if p.enc.Len() > 0 && b.size+sz > p.cfg.MaxBatchBytes {
 				b.full = true
 				break entries
 			}
-			p.enc.Add(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored)
+			traceparent, tracestate := ex.trace.Headers()
+			p.enc.AddTraced(topic, typ, payload, ex.exclude, ex.onlyNode, ex.stored, traceparent, tracestate)
 			b.size += sz
 			c++
 		}
@@ -326,6 +330,7 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		if d.To > pe.next {
 			pe.next = d.To
 		}
+		p.settle(pe, d.To, core.Expired)
 		// Counted only when this Expire told the node (a retried one whose
 		// first ack was lost was told then); a version 1 worker does not
 		// say, and tells every Expire that moves its cursor.

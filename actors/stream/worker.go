@@ -604,6 +604,7 @@ func (d *batchDelivery) run(n int) bool {
 			}
 			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadType(ti), payload, d.types[ti]
 			d.it.Exclude, d.it.Cursor, d.it.StoreCursor, d.it.Unstored = exclude, c, 0, false
+			d.it.Traceparent, d.it.Tracestate = core.CheckTrace(d.entries.Trace())
 			if d.stored != nil {
 				if sc := d.stored[c-d.m.FirstCursor]; sc == unstoredRow {
 					d.it.Unstored = true

@@ -126,17 +126,30 @@ export class GatewayClient {
   // gateway confirmed the subscription (rejects with a GatewayError when it
   // refused it; the subscription is then dropped). opts: from (a cursor:
   // catch up from the stream's stored rows, 0 = its start; absent = live
-  // only), class ("durable" or "ephemeral"), context (object of strings).
+  // only), consumer (a durable consumer's name, 1..128 of [A-Za-z0-9._-]:
+  // the gateway's store keeps its committed cursor, so a subscribe with the
+  // same name, from this page or another, a reload, or after a restart,
+  // resumes after it; from then only places a consumer that is new), class
+  // ("durable" or "ephemeral"), context (object of strings).
+  // handler(msg) gets {topic, cursor, deliveryId, replayed, class, context,
+  // payloadType, payload, payloadError, payloadBase64, request, traceparent,
+  // tracestate}: traceparent and tracestate are the W3C trace context the
+  // message was published in ("" when its publisher does not trace), to
+  // continue the trace in the browser (e.g. as the parent of a span).
   // Before connect() or while reconnecting it waits for the next session.
   subscribe(topic, handler, opts = {}) {
     if (typeof handler !== "function") return Promise.reject(new TypeError("subscribe needs a handler function"));
     if (opts.from !== undefined && !(Number.isSafeInteger(opts.from) && opts.from >= 0)) {
       return Promise.reject(new TypeError(`from must be a cursor (an integer >= 0), got ${opts.from}`));
     }
+    if (opts.consumer !== undefined && !(typeof opts.consumer === "string" && /^[A-Za-z0-9._-]{1,128}$/.test(opts.consumer))) {
+      return Promise.reject(new TypeError(`consumer must be 1 to 128 of [A-Za-z0-9._-], got ${JSON.stringify(opts.consumer)}`));
+    }
     if (this.subs.has(topic)) return Promise.reject(new Error(`already subscribed to ${topic}`));
     const sub = {
       topic, handler, cls: opts.class, context: opts.context,
-      resumeFrom: opts.from, // undefined: live only
+      resumeFrom: opts.from, // undefined: live only (with a consumer: where the gateway's cursor says)
+      consumer: opts.consumer,
       acked: 0, // last acked cursor, 0: none yet
       node: "", // the node whose store the cursors are of
       queue: [], busy: null, confirmed: false,
@@ -172,9 +185,21 @@ export class GatewayClient {
   }
 
   // publish broadcasts payload (the message of protobuf type, in protojson)
-  // on topic; the gateway must enable it (Config.Publish).
-  publish(topic, type, payload) {
-    return this.command({ op: "publish", topic, type, payload });
+  // on topic; the gateway must enable it (Config.Publish). It resolves once
+  // the gateway queued the message. opts: traceparent and tracestate, the
+  // page's W3C trace context, which the broadcast continues when the pubsub
+  // traces; receipt (true): resolve with the receipt instead, once every
+  // member delivered the message or after the gateway's ReceiptTimeout:
+  // { node, group, incarnation (a string), cursor, complete, nodes: [{ node,
+  // status }] }, status "delivered", "pending", "unreachable", "expired" or
+  // "not_owed" (docs/gateway.md, publish with "receipt").
+  publish(topic, type, payload, opts = {}) {
+    const frame = { op: "publish", topic, type, payload };
+    if (opts.traceparent) frame.traceparent = opts.traceparent;
+    if (opts.tracestate) frame.tracestate = opts.tracestate;
+    if (!opts.receipt) return this.command(frame);
+    frame.receipt = true;
+    return this.command(frame).then((res) => res.receipt);
   }
 
   // command sends one command frame of the protocol and resolves with its
@@ -276,13 +301,18 @@ export class GatewayClient {
     if (sub.cls) frame.class = sub.cls;
     if (sub.context) frame.context = sub.context;
     let from = sub.resumeFrom;
-    if (from !== undefined && sub.acked > 0 && sub.node && sub.node !== this.node) {
+    if (sub.consumer) {
+      // A named consumer resumes where the gateway committed it (the last
+      // contiguously acked): from only places a new one, on the first subscribe.
+      frame.consumer = sub.consumer;
+      if (sub.confirmed) from = undefined;
+    } else if (from !== undefined && sub.acked > 0 && sub.node && sub.node !== this.node) {
       // Cursors are positions in one node's store: another node's mean
       // nothing. Live from here, and told.
       this._notice({ kind: "node_changed", topic: sub.topic, notice: { from_node: sub.node, to_node: this.node, cursor: sub.acked } });
       from = sub.resumeFrom = undefined;
       sub.node = "";
-    } else if (from === undefined && sub.confirmed) {
+    } else if (!sub.consumer && from === undefined && sub.confirmed) {
       // Live only: what was published while disconnected is not delivered.
       this._notice({ kind: "live_resume", topic: sub.topic, notice: { reason: "resubscribed live only: messages published while disconnected are not delivered" } });
     }
@@ -308,6 +338,7 @@ export class GatewayClient {
       topic: f.topic, cursor: f.cursor || 0, deliveryId: f.delivery_id, replayed: !!f.replayed, class: f.class,
       context: f.context || {}, payloadType: f.payload_type, payload: f.payload, payloadError: f.payload_error,
       payloadBase64: f.payload_base64, request: f.request, sessions: this.sessions,
+      traceparent: f.traceparent || "", tracestate: f.tracestate || "",
     };
     const sub = this.subs.get(f.topic);
     if (sub) {

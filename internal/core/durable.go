@@ -7,8 +7,8 @@ import (
 	"github.com/echopubsub/echopubsub/messages"
 )
 
-// Durable is the durable-stream side of a pubsub (the root package's
-// store.go implements it; Runtime.Durable is nil without a store). Enqueue
+// Durable is the durable-stream side of a pubsub (internal/durable's
+// Engine implements it; Runtime.Durable is nil without a store). Enqueue
 // calls Publish for every write of this node; a worker calls the others
 // for what it receives, so that a node-local store holds every durable
 // message the node got and marks what it did not get (gap rows). For a
@@ -26,7 +26,7 @@ type Durable interface {
 	// producer sends it again). A node-local store that fails to write
 	// does not refuse it: Received counts the rows for gap rows written
 	// once the store recovers, leaves their Cursor 0 and returns nil, so
-	// that the node's traffic goes on (the root's store_fault.go).
+	// that the node's traffic goes on (internal/durable/fault.go).
 	Received(p ProducerPos, rows []Row) error
 	// Lost records that messages of p's producer were lost for this node
 	// (the worker tells its subscribers ce next: a node-local store's gap
@@ -85,36 +85,4 @@ type Row struct {
 	// could not take (Cursor 0): a gap row counts it once the store
 	// recovers.
 	Unstored bool
-}
-
-// LocalStore is what a node-local Store (Shared false) adds so that its
-// node records, in the transaction that stores what it received, how far
-// it got in each producer's stream, and marks what it lost with gap rows
-// (see "Durable streams" in the root package doc). R is the root package's
-// Record; store/bolt implements LocalStore[echopubsub.Record]. A node-local
-// Store without it holds what its node published and received, and has no
-// gap rows.
-type LocalStore[R any] interface {
-	// AppendAt appends recs (may be empty) and records pos, in one
-	// transaction. A transaction that only records a position need not be
-	// fsynced: after a power loss an older position makes a gap row that
-	// was not needed (an alarm, never a silent loss).
-	AppendAt(ctx context.Context, recs []R, pos ProducerPosition) error
-	// MarkGap appends gap (its Stream ignored) to every stream the store
-	// holds and records pos, in one transaction.
-	MarkGap(ctx context.Context, gap R, pos ProducerPosition) error
-	// Position is what was recorded for the producer of node's pool group
-	// (ok false: nothing).
-	Position(ctx context.Context, node string, group uint32) (pos ProducerPosition, ok bool, err error)
-}
-
-// ProducerPosition is how far a node got in one producer incarnation's
-// stream: every durable message below Next is stored or marked lost.
-type ProducerPosition struct {
-	Node        string
-	Group       uint32
-	Incarnation uint64
-	Next        uint64
-	// Retired: the incarnation ended gracefully at Next.
-	Retired bool
 }

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"pgregory.net/rapid"
+	"github.com/echopubsub/echopubsub/internal/prop"
 )
 
 // A reserved slot counts as queued: a durable write holds its room while
@@ -74,16 +74,16 @@ func TestWriteQueueTakeUpTo(t *testing.T) {
 // until the next take, which drops them (clears or reuses their slots); and the queue's array stays within a few times
 // its bound however long it goes without emptying.
 func TestWriteQueueModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	prop.Check(t, func(t *prop.T) {
 		const bound = 16
 		q := NewWriteQueue(bound)
 		var model []string // queued topics, in order
 		next := 0
 		var last []Write // the last take's writes
 		var lastTopics []string
-		pushes := rapid.IntRange(1, 8).Draw(t, "pushes per take") // many: the queue never empties
+		pushes := prop.IntRange(1, 8).Draw(t, "pushes per take") // many: the queue never empties
 		for step := 0; step < 400; step++ {
-			if rapid.IntRange(0, pushes).Draw(t, "op") > 0 {
+			if prop.IntRange(0, pushes).Draw(t, "op") > 0 {
 				w := Write{Topic: strconv.Itoa(next)}
 				ok, _, _ := q.Push(&w)
 				if ok != (len(model) < bound) {
@@ -100,7 +100,7 @@ func TestWriteQueueModel(t *testing.T) {
 						t.Fatalf("taken write %d changed to %q before the next Take", i, w.Topic)
 					}
 				}
-				max := rapid.IntRange(1, 8).Draw(t, "max")
+				max := prop.IntRange(1, 8).Draw(t, "max")
 				ws, more := q.Take(max)
 				for i, w := range last { // cleared, or reused for writes queued since
 					if w.Topic == lastTopics[i] {

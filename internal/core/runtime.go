@@ -42,6 +42,12 @@ type Write struct {
 	// every node's envelopes carry it. 0 for a node-local store, whose
 	// cursors mean nothing elsewhere.
 	SharedCursor uint64
+	// Trace is the trace context it was published in (nil: none; always
+	// nil when the pubsub does not trace).
+	Trace *Trace
+	// Await, when set, is the BroadcastAwait call waiting on this write:
+	// its producer reports each node's answer to it (nil for Broadcast).
+	Await *Await
 }
 
 // Epoch is the origin of Monotonic, fixed when the process starts.
@@ -155,6 +161,17 @@ func NewRuntime(cfg Config, system *actor.ActorSystem, node string, hook faults.
 func (rt *Runtime) IsMember(addr string) bool {
 	_, ok := (*rt.members.Load())[addr]
 	return ok
+}
+
+// Members is the addresses of the current members (this node included),
+// in no particular order. Safe for concurrent use.
+func (rt *Runtime) Members() []string {
+	set := *rt.members.Load()
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	return out
 }
 
 // SetMembers publishes the addresses of the current members (the root

@@ -50,7 +50,18 @@ type Metrics struct {
 	pubsubOnly                    metric.MeasurementOption
 	dropAttrs, bpAttrs            map[string]metric.MeasurementOption
 	actionAttrs, sessPressureAttr map[string]metric.MeasurementOption
+
+	// Named consumers (echopubsub.WithConsumer): label is the consumer's
+	// name when Config.ConsumerMetrics lists it, else ConsumerOther.
+	consumerCommits      metric.Int64Counter
+	consumerUnackedGauge metric.Int64ObservableGauge
+	consumerUnacked      atomic.Pointer[func(observe func(label string, n int64))]
+	consumerAttrs        sync.Map // label -> metric.MeasurementOption
 }
+
+// ConsumerOther is the consumer label of every named consumer that
+// Config.ConsumerMetrics does not list: they share its series.
+const ConsumerOther = "_other"
 
 // Causes of a dropped delivery (attribute "cause" of echopubsub.subscriber.dropped).
 const (
@@ -179,6 +190,8 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 	m.reservationsGauge = gauge("echopubsub.session.reservations", "{reservation}", "Durable session deliveries not yet acknowledged on this node (pending reservations), all sessions together.")
 	m.stalledSessionsGauge = gauge("echopubsub.session.stalled", "{session}", "Sessions on this node that hold deliveries and acknowledged none for StallAfter (their owners were told SessionStalled).")
 	m.storeFailingGauge = gauge("echopubsub.store.failing", "1", "1 while this node's node-local durable store fails to write (live delivery goes on; what it cannot store becomes gap rows), else 0.")
+	m.consumerCommits = counter("echopubsub.consumer.commits", "{commit}", "Committed cursors of named consumers (WithConsumer) written to the store, by consumer (the names Config.ConsumerMetrics lists; the others as _other).")
+	m.consumerUnackedGauge = gauge("echopubsub.consumer.unacked", "{row}", "Rows handed to the sessions of named consumers on this node and not yet committed, by consumer (the names Config.ConsumerMetrics lists; the others summed as _other).")
 	m.storeUnstored = counter("echopubsub.store.unstored_rows", "{row}", "Durable rows this node received and delivered but its failing store could not write: each is counted in a gap row once the store recovers.")
 	if err != nil {
 		return nil, err
@@ -219,8 +232,16 @@ func NewMetrics(mp metric.MeterProvider, pubsub string, poolSize int) (*Metrics,
 			o.ObserveInt64(m.stalledSessionsGauge, (*f)(), m.pubsubOnly)
 		}
 		o.ObserveInt64(m.storeFailingGauge, m.storeFailing.Load(), m.pubsubOnly)
+		if f := m.consumerUnacked.Load(); f != nil {
+			sums := map[string]int64{}
+			(*f)(func(label string, n int64) { sums[label] += n })
+			for label, n := range sums {
+				o.ObserveInt64(m.consumerUnackedGauge, n, m.consumerAttr(label))
+			}
+		}
 		return nil
-	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge, m.stalledSessionsGauge, m.storeFailingGauge)
+	}, m.lagGauge, m.fillGauge, m.failsGauge, m.stalledGauge, m.reservationsGauge, m.stalledSessionsGauge, m.storeFailingGauge,
+		m.consumerUnackedGauge)
 	if err != nil {
 		return nil, err
 	}
@@ -350,6 +371,34 @@ func (m *Metrics) SessionPressure(state string) {
 func (m *Metrics) SessionRefused() {
 	if m != nil {
 		m.sessionRefused.Add(context.Background(), 1, m.pubsubOnly)
+	}
+}
+
+// consumerAttr is the attribute set of a consumer label (a bounded set:
+// the names Config.ConsumerMetrics lists and ConsumerOther).
+func (m *Metrics) consumerAttr(label string) metric.MeasurementOption {
+	if a, ok := m.consumerAttrs.Load(label); ok {
+		return a.(metric.MeasurementOption)
+	}
+	a := metric.WithAttributeSet(attribute.NewSet(m.pubsubAttr, attribute.String("consumer", label)))
+	m.consumerAttrs.Store(label, a)
+	return a
+}
+
+// ConsumerCommitted counts one committed cursor of a consumer (label)
+// written to the store. Safe on a nil Metrics.
+func (m *Metrics) ConsumerCommitted(label string) {
+	if m != nil {
+		m.consumerCommits.Add(context.Background(), 1, m.consumerAttr(label))
+	}
+}
+
+// SetConsumerUnacked gives the echopubsub.consumer.unacked gauge its
+// source: f calls observe once per consumer (labels repeat: summed).
+// Safe on a nil Metrics.
+func (m *Metrics) SetConsumerUnacked(f func(observe func(label string, n int64))) {
+	if m != nil {
+		m.consumerUnacked.Store(&f)
 	}
 }
 

@@ -278,10 +278,12 @@ func (d *decls) check(root, ref string) string {
 		if !unicode.IsLower(rune(p[0])) {
 			continue
 		}
-		if !strings.Contains(p, "_") {
-			return "" // echopubsub.batches.acked: a metric, not Go
+		if !strings.Contains(p, "_") || !unicode.IsUpper(rune(parts[i][0])) {
+			// echopubsub.batches.acked: a metric; store.postgres_url: a
+			// setting of echopubsub serve. Not Go.
+			return ""
 		}
-		parts[i+1] = camel(p) // a .proto field: its Go name
+		parts[i+1] = camel(p) // a .proto field of a message type: its Go name
 	}
 	if dir != "" {
 		if len(parts) == 1 && !strings.Contains(ref, ".") {
@@ -314,16 +316,17 @@ func (d *decls) check(root, ref string) string {
 	return "" // a variable, or a package of another module
 }
 
-// checkDir: a directory path such as store/seglog or test/e2e/demo must
-// exist when it starts with one of this repository's top-level
-// directories (crypto/x509 is the standard library's).
+// checkDir: a path such as store/seglog, test/e2e/demo or
+// deploy/Dockerfile must exist (a directory or a file) when it starts with
+// one of this repository's top-level directories (crypto/x509 is the
+// standard library's).
 func (d *decls) checkDir(root, path string) string {
 	first := strings.Split(path, "/")[0]
 	if fi, err := os.Stat(filepath.Join(root, first)); err != nil || !fi.IsDir() {
 		return ""
 	}
-	if fi, err := os.Stat(filepath.Join(root, path)); err != nil || !fi.IsDir() {
-		return "no directory " + path
+	if _, err := os.Stat(filepath.Join(root, path)); err != nil {
+		return "no directory or file " + path
 	}
 	return ""
 }

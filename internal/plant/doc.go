@@ -37,6 +37,12 @@
 //	append_error_ignored   a durable broadcast whose append failed is queued as if
 //	                  stored, with no cursor (only a failing store exposes it:
 //	                  the soak's PostgreSQL faults)
+//
+// Presence defects (caught by test/chaos's presence soak, not in All):
+//
+//	presence_lost_diff  a presence tracker skips one change of another node's
+//	                  stream in PresenceLostDiffEvery while it follows past it
+//	                  (package presence's build-tagged plant_on.go)
 package plant
 
 // Env is the environment variable that chooses the defect.
@@ -57,6 +63,8 @@ const (
 	GapNoticeLost       = "gap_notice_lost"
 	TruncatedNoticeLost = "truncated_notice_lost"
 	AppendErrorIgnored  = "append_error_ignored"
+
+	PresenceLostDiff = "presence_lost_diff"
 )
 
 // Sessions lists the session defects the session soak must catch.
@@ -71,4 +79,6 @@ const (
 	LossAfterResumedAt = 10
 	WorkerSkipEvery    = 2000
 	CatchUpSkipEvery   = 100
+	// PresenceLostDiffEvery: one remote presence change in this many.
+	PresenceLostDiffEvery = 20
 )

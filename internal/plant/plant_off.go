@@ -59,3 +59,7 @@ func IgnoreAppendError() bool { return false }
 // none written so far: the node starts at the producer's write cursor, and
 // what was written between its Start and its registration is skipped).
 func JoinSince(since int64) int64 { return since }
+
+// SkipPresenceChange reports whether a presence tracker skips this change
+// of another node's stream.
+func SkipPresenceChange() bool { return false }

@@ -130,3 +130,7 @@ func JoinSince(since int64) int64 {
 	}
 	return since
 }
+
+// SkipPresenceChange reports whether a presence tracker skips this change
+// of another node's stream (and follows past it, as if applied).
+func SkipPresenceChange() bool { return defect == PresenceLostDiff && every(PresenceLostDiffEvery) }

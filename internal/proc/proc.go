@@ -11,6 +11,8 @@
 // lines that are not JSON objects (a library printing to stdout) are
 // skipped. The protocol's fields beyond ev, id and err belong to the
 // caller: Call and Ready decode the whole line into the caller's type.
+// Start, Call and Quit are the parent's side; Child and Commands the
+// child's (every child process of the repository speaks through them).
 //
 // Nothing in the library imports this package: it is plumbing for
 // programs and tests in this repository.
@@ -175,7 +177,7 @@ func seeLog(path string) string {
 
 func (p *Proc) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for sc.Scan() {
 		var h Header
 		if json.Unmarshal(sc.Bytes(), &h) != nil || h.Ev == "" {
@@ -183,12 +185,12 @@ func (p *Proc) read(r io.Reader) {
 		}
 		line := append([]byte(nil), sc.Bytes()...)
 		switch h.Ev {
-		case "ready":
+		case EvReady:
 			if p.readyLine == nil { // only the first counts
 				p.readyLine = line
 				close(p.ready)
 			}
-		case "reply":
+		case EvReply:
 			p.mu.Lock()
 			ch := p.waiting[h.ID]
 			delete(p.waiting, h.ID)

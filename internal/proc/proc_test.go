@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,28 +51,42 @@ type event struct {
 // serve is the child: ready, then a reply per command; "twice" also sends
 // an event unasked, "fail" replies with err, "quit" replies and exits.
 func serve() int {
-	out := json.NewEncoder(os.Stdout)
+	out := NewChild(os.Stdout)
 	fmt.Println("a library's stray line on stdout")
-	_ = out.Encode(event{Ev: "ready", Addr: "here"})
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		var c command
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			return 2
-		}
+	out.Send(event{Ev: EvReady, Addr: "here"})
+	for c := range Commands[command](out, os.Stdin) {
 		switch c.Op {
 		case "twice":
-			_ = out.Encode(event{Ev: "status", N: c.N})
-			_ = out.Encode(event{Ev: "reply", ID: c.ID, N: 2 * c.N})
+			out.Send(event{Ev: "status", N: c.N})
+			out.Send(event{Ev: EvReply, ID: c.ID, N: 2 * c.N})
 		case "fail":
-			_ = out.Encode(event{Ev: "reply", ID: c.ID, Err: "asked to fail"})
+			out.Send(event{Ev: EvReply, ID: c.ID, Err: "asked to fail"})
 		case "quit":
-			_ = out.Encode(event{Ev: "reply", ID: c.ID})
+			out.Send(event{Ev: EvReply, ID: c.ID})
 			return 0
 		case "hang":
 		}
 	}
 	return 0 // stdin closed
+}
+
+// TestCommandsAnswersABadLine: the child's reader hands on every command
+// in order and answers a line that is not one with a reply that says why
+// (and carries no id), then goes on.
+func TestCommandsAnswersABadLine(t *testing.T) {
+	var out strings.Builder
+	in := strings.NewReader(`{"id":1,"op":"a"}` + "\nnot json\n" + `{"id":2,"op":"b"}` + "\n")
+	var got []string
+	for c := range Commands[command](NewChild(&out), in) {
+		got = append(got, fmt.Sprintf("%d:%s", c.ID, c.Op))
+	}
+	if strings.Join(got, " ") != "1:a 2:b" {
+		t.Errorf("commands %q, want [1:a 2:b]", got)
+	}
+	var h Header
+	if err := json.Unmarshal([]byte(out.String()), &h); err != nil || h.Ev != EvReply || h.ID != 0 || !strings.Contains(h.Err, `bad command "not json"`) {
+		t.Errorf("reply to the bad line: %q (%v), want a reply without id whose err names the line", out.String(), err)
+	}
 }
 
 func start(t *testing.T, role string, spec Spec) (*Proc, error) {

@@ -447,13 +447,20 @@ func (e *Engine) AckMany(id string, ids []uint64, unknown []uint64) (acked int, 
 // AckFirst releases the session's oldest reservation; (0, nil) when it
 // holds none.
 func (e *Engine) AckFirst(id string) (int, error) {
+	pending, _, err := e.AckFirstID(id)
+	return pending, err
+}
+
+// AckFirstID is AckFirst that also returns the delivery id it released
+// (0: none).
+func (e *Engine) AckFirstID(id string) (pending int, released uint64, err error) {
 	s, err := e.openLocked(id)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.mu.Unlock()
 	if len(s.res) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	// Every id in [first, next) was issued; first only moves past ids that
 	// are no longer held, so each id is stepped over once (amortised O(1)).
@@ -461,10 +468,10 @@ func (e *Engine) AckFirst(id string) (int, error) {
 		if _, ok := s.res[s.first]; ok {
 			e.release(s, s.first)
 			s.first++
-			return len(s.res), nil
+			return len(s.res), s.first - 1, nil
 		}
 	}
-	return len(s.res), nil // unreachable: len(res) > 0 means an id in [first, next)
+	return len(s.res), 0, nil // unreachable: len(res) > 0 means an id in [first, next)
 }
 
 // Pending is the session's pending count; 0 for an unknown session.

@@ -1,4 +1,4 @@
-// Package bolt is an embedded echopubsub.Store in one bbolt file per node,
+// Package bolt is an embedded store.Store in one bbolt file per node,
 // fsynced per commit, concurrent appends group-committed; it opens in
 // constant time (the embedded default, store/seglog, reads its segments at
 // open and keeps an index in memory).
@@ -21,12 +21,11 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
-// Store is the embedded echopubsub.Store: one bbolt file per node (bbolt holds an
+// Store is the embedded store.Store: one bbolt file per node (bbolt holds an
 // exclusive lock on it: two processes cannot open the same file). Each
 // commit is fsynced before Append returns, so an appended row survives kill
 // -9 and power loss. Appends from concurrent callers are committed together
@@ -49,18 +48,20 @@ type Store struct {
 
 type boltAppend struct {
 	storekit.LocalAppend
-	trim *trimChunk // Trim: one chunk of rows deleted
+	trim     *trimChunk  // Trim: one chunk of rows deleted
+	consumer *consumerOp // CommitConsumer, DeleteConsumer
 }
 
 // synced reports whether a's transaction must be fsynced before it is
 // acknowledged: rows are, and deletions (a trim); a position alone is not
 // (see LocalStore).
-func (a *boltAppend) synced() bool { return a.Synced() || a.trim != nil }
+func (a *boltAppend) synced() bool { return a.Synced() || a.trim != nil || a.consumer != nil }
 
 var (
 	bucketStreams   = []byte("streams")
 	bucketMeta      = []byte("meta")
 	bucketProducers = []byte("producers")
+	bucketConsumers = []byte("consumers")
 )
 
 // The record encoding (storekit.AppendRecord) is bolt's format 3: format
@@ -103,6 +104,9 @@ func Open(path string) (*Store, error) {
 		if _, err := tx.CreateBucketIfNotExists(bucketProducers); err != nil {
 			return err
 		}
+		if _, err := tx.CreateBucketIfNotExists(bucketConsumers); err != nil {
+			return err
+		}
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil || meta.Get(keyFormat) != nil {
 			return err
@@ -127,10 +131,10 @@ func Open(path string) (*Store, error) {
 // Shared is false: the file belongs to one node.
 func (s *Store) Shared() bool { return false }
 
-// Append implements echopubsub.Store. ctx bounds the wait for the commit; a commit
+// Append implements store.Store. ctx bounds the wait for the commit; a commit
 // that ctx abandoned may still land (the rows are then stored, and Append
 // returned ctx's error).
-func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
+func (s *Store) Append(ctx context.Context, recs []store.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -138,19 +142,19 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 }
 
 // AppendAt implements LocalStore.
-func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+func (s *Store) AppendAt(ctx context.Context, recs []store.Record, pos store.ProducerPosition) error {
 	return s.submit(ctx, recs, nil, &pos)
 }
 
 // MarkGap implements LocalStore.
-func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
-	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
+func (s *Store) MarkGap(ctx context.Context, gap store.Record, pos store.ProducerPosition) error {
+	gap.Kind, gap.Stream = store.RecordGap, "-"
 	return s.submit(ctx, nil, &gap, &pos)
 }
 
 // Position implements LocalStore.
-func (s *Store) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
-	p := core.ProducerPosition{Node: node, Group: group}
+func (s *Store) Position(ctx context.Context, node string, group uint32) (store.ProducerPosition, bool, error) {
+	p := store.ProducerPosition{Node: node, Group: group}
 	found := false
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bucketProducers).Get(positionKey(node, group))
@@ -165,7 +169,7 @@ func (s *Store) Position(ctx context.Context, node string, group uint32) (core.P
 		return nil
 	})
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return p, false, echopubsub.ErrStoreClosed
+		return p, false, store.ErrStoreClosed
 	}
 	return p, found, err
 }
@@ -174,7 +178,7 @@ func positionKey(node string, group uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte(node+"/"), group)
 }
 
-func (s *Store) submit(ctx context.Context, recs []echopubsub.Record, gap *echopubsub.Record, pos *core.ProducerPosition) error {
+func (s *Store) submit(ctx context.Context, recs []store.Record, gap *store.Record, pos *store.ProducerPosition) error {
 	return storekit.SubmitLocal(ctx, s.commits, &boltAppend{}, "bolt append", recs, gap, pos)
 }
 
@@ -201,6 +205,11 @@ func (s *Store) commit(batch []*boltAppend) error {
 					return err
 				}
 			}
+			if a.consumer != nil {
+				if err := a.consumer.run(tx); err != nil {
+					return err
+				}
+			}
 			if a.Pos != nil {
 				v := binary.BigEndian.AppendUint64(nil, a.Pos.Incarnation)
 				v = binary.BigEndian.AppendUint64(v, a.Pos.Next)
@@ -219,7 +228,7 @@ func (s *Store) commit(batch []*boltAppend) error {
 }
 
 // gapTx appends gap to every stream.
-func gapTx(tx *bbolt.Tx, gap *echopubsub.Record) error {
+func gapTx(tx *bbolt.Tx, gap *store.Record) error {
 	root := tx.Bucket(bucketStreams)
 	var names [][]byte
 	if err := root.ForEachBucket(func(k []byte) error {
@@ -231,14 +240,14 @@ func gapTx(tx *bbolt.Tx, gap *echopubsub.Record) error {
 	for _, n := range names {
 		g := *gap
 		g.Stream = string(n)
-		if err := appendTx(tx, []echopubsub.Record{g}); err != nil {
+		if err := appendTx(tx, []store.Record{g}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
+func appendTx(tx *bbolt.Tx, recs []store.Record) error {
 	root := tx.Bucket(bucketStreams)
 	for i := range recs {
 		r := &recs[i]
@@ -258,13 +267,13 @@ func appendTx(tx *bbolt.Tx, recs []echopubsub.Record) error {
 	return nil
 }
 
-// Read implements echopubsub.Store.
-func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+// Read implements store.Store.
+func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]store.Record, uint64, error) {
 	from, err := storekit.ReadFrom(ctx, from, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	var out []echopubsub.Record
+	var out []store.Record
 	next := from
 	err = s.db.View(func(tx *bbolt.Tx) error { // one snapshot: every row up to end is there or was trimmed
 		b := tx.Bucket(bucketStreams).Bucket([]byte(stream))
@@ -295,7 +304,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-			return nil, 0, echopubsub.ErrStoreClosed
+			return nil, 0, store.ErrStoreClosed
 		}
 		return nil, 0, fmt.Errorf("echopubsub: bolt read: %w", err)
 	}
@@ -315,6 +324,6 @@ func cursorKey(c uint64) []byte {
 }
 
 var (
-	_ core.LocalStore[echopubsub.Record] = (*Store)(nil)
-	_ echopubsub.Trimmer                 = (*Store)(nil)
+	_ store.LocalStore = (*Store)(nil)
+	_ store.Trimmer    = (*Store)(nil)
 )

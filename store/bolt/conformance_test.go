@@ -12,6 +12,7 @@ import (
 func TestBoltStoreConformance(t *testing.T) {
 	paths := map[echopubsub.Store]string{}
 	storetest.Run(t, storetest.Harness{
+		GapRows: true,
 		Open: func(t *testing.T) echopubsub.Store {
 			p := filepath.Join(t.TempDir(), "node.db")
 			s, err := bolt.Open(p)

@@ -13,7 +13,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store/storekit"
 	"github.com/echopubsub/echopubsub/store/storetest"
 )
 

@@ -10,43 +10,43 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
-// Trim implements echopubsub.Trimmer. It decides what to remove in a read
+// Trim implements store.Trimmer. It decides what to remove in a read
 // transaction (which does not hold appends back: bbolt runs readers beside
 // its one writer), walking a stream's rows from the oldest for MaxAge and
 // from the newest for MaxBytes, so its cost grows with the rows it keeps
-// when MaxBytes is set. It then deletes at most storekit.TrimChunk rows per
+// when MaxBytes is set. It then deletes at most store.TrimChunk rows per
 // write transaction, each queued with the appends (group commit): an
 // append waits for at most about one chunk, however large the trim. Only
 // rows go; each stream's bucket (its sequence: the stream's end) and the
 // producer positions stay.
-func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.Trimmed, error) {
-	if r == (echopubsub.Retention{}) {
+func (s *Store) Trim(ctx context.Context, r store.Retention) ([]store.Trimmed, error) {
+	if r == (store.Retention{}) {
 		return nil, nil
 	}
 	cuts, err := s.cuts(r, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	var out []echopubsub.Trimmed
+	var out []store.Trimmed
 	for _, c := range cuts {
-		t := echopubsub.Trimmed{Stream: c.stream}
+		t := store.Trimmed{Stream: c.stream}
 		for {
 			if err := ctx.Err(); err != nil {
 				return appendTrimmed(out, t), err
 			}
 			chunk := &trimChunk{stream: c.stream, upTo: c.cut}
 			if err := s.commits.Submit(ctx, &boltAppend{trim: chunk}); err != nil {
-				if !errors.Is(err, echopubsub.ErrStoreClosed) {
+				if !errors.Is(err, store.ErrStoreClosed) {
 					err = fmt.Errorf("echopubsub: bolt trim %q: %w", c.stream, err)
 				}
 				return appendTrimmed(out, t), err
 			}
 			t.Rows, t.Bytes, t.FirstKept = t.Rows+chunk.rows, t.Bytes+chunk.bytes, chunk.firstKept
-			if chunk.rows < storekit.TrimChunk || chunk.firstKept > c.cut {
+			if chunk.rows < store.TrimChunk || chunk.firstKept > c.cut {
 				break
 			}
 		}
@@ -55,7 +55,7 @@ func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.
 	return out, nil
 }
 
-func appendTrimmed(out []echopubsub.Trimmed, t echopubsub.Trimmed) []echopubsub.Trimmed {
+func appendTrimmed(out []store.Trimmed, t store.Trimmed) []store.Trimmed {
 	if t.Rows > 0 {
 		out = append(out, t)
 	}
@@ -68,8 +68,9 @@ type streamCut struct {
 }
 
 // cuts is, for each stream with rows to remove, the highest cursor r
-// removes (storekit.Cut), read in one read transaction.
-func (s *Store) cuts(r echopubsub.Retention, now time.Time) ([]streamCut, error) {
+// removes (store.Retention.CutHeld, held by the stream's consumers), read
+// in one read transaction.
+func (s *Store) cuts(r store.Retention, now time.Time) ([]streamCut, error) {
 	var out []streamCut
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		root := tx.Bucket(bucketStreams)
@@ -80,8 +81,8 @@ func (s *Store) cuts(r echopubsub.Retention, now time.Time) ([]streamCut, error)
 				return nil
 			}
 			var walkErr error
-			walk := func(down bool) func(func(storekit.Row) bool) {
-				return func(yield func(storekit.Row) bool) {
+			walk := func(down bool) func(func(store.TrimRow) bool) {
+				return func(yield func(store.TrimRow) bool) {
 					c := b.Cursor()
 					k, v := c.First()
 					if down {
@@ -93,13 +94,17 @@ func (s *Store) cuts(r echopubsub.Retention, now time.Time) ([]streamCut, error)
 							walkErr = fmt.Errorf("stream %q cursor %d: %w", name, binary.BigEndian.Uint64(k), err)
 							return
 						}
-						if !yield(storekit.Row{Cursor: binary.BigEndian.Uint64(k), Time: p.Time, Bytes: uint64(len(p.Fields[2]))}) {
+						if !yield(store.TrimRow{Cursor: binary.BigEndian.Uint64(k), Time: p.Time, Bytes: uint64(len(p.Fields[2]))}) {
 							return
 						}
 					}
 				}
 			}
-			cut := storekit.Cut(r, now, binary.BigEndian.Uint64(k), b.Sequence(), walk(false), walk(true))
+			cs, err := consumersTx(tx, string(name))
+			if err != nil {
+				return err
+			}
+			cut := r.CutHeld(now, binary.BigEndian.Uint64(k), b.Sequence(), store.Held(cs), walk(false), walk(true))
 			if walkErr != nil {
 				return walkErr
 			}
@@ -110,7 +115,7 @@ func (s *Store) cuts(r echopubsub.Retention, now time.Time) ([]streamCut, error)
 		})
 	})
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return nil, echopubsub.ErrStoreClosed
+		return nil, store.ErrStoreClosed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("echopubsub: bolt trim: %w", err)
@@ -126,7 +131,7 @@ func step(c *bbolt.Cursor, down bool) ([]byte, []byte) {
 }
 
 // trimChunk deletes, in the committer's transaction, at most
-// storekit.TrimChunk of stream's oldest rows, none above upTo. Its results
+// store.TrimChunk of stream's oldest rows, none above upTo. Its results
 // are set (not added to) by run: a group commit that failed runs it again
 // alone.
 type trimChunk struct {
@@ -145,7 +150,7 @@ func (t *trimChunk) run(tx *bbolt.Tx) error {
 	}
 	var keys [][]byte
 	c := b.Cursor()
-	for k, v := c.First(); k != nil && len(keys) < storekit.TrimChunk && binary.BigEndian.Uint64(k) <= t.upTo; k, v = c.Next() {
+	for k, v := c.First(); k != nil && len(keys) < store.TrimChunk && binary.BigEndian.Uint64(k) <= t.upTo; k, v = c.Next() {
 		p, err := storekit.ParseChecked(v)
 		if err != nil {
 			return fmt.Errorf("stream %q cursor %d: %w", t.stream, binary.BigEndian.Uint64(k), err)

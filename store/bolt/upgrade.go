@@ -6,7 +6,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // upgradeChunk is how many rows one upgrade transaction rewrites: a

@@ -1,4 +1,4 @@
-// Package postgres is the shared echopubsub.Store: PostgreSQL through pgx,
+// Package postgres is the shared store.Store: PostgreSQL through pgx,
 // for clusters whose nodes should replay the same streams (a session on any
 // node, any cursor meaning the same row everywhere). It is its own module,
 // so that users of the embedded store do not pull pgx.
@@ -34,18 +34,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // Store is the PostgreSQL Store. It is safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	owned   bool
-	closed  atomic.Bool
-	commits *storekit.GroupCommit[*pending]
-	streams string // quoted table names
-	records string
+	pool      *pgxpool.Pool
+	owned     bool
+	closed    atomic.Bool
+	commits   *storekit.GroupCommit[*pending]
+	streams   string // quoted table names
+	records   string
+	consumers string
 }
 
 // Option configures New.
@@ -53,7 +54,8 @@ type Option func(*options)
 
 type options struct{ prefix string }
 
-// WithTablePrefix names the tables <prefix>streams and <prefix>records.
+// WithTablePrefix names the tables <prefix>streams, <prefix>records and
+// <prefix>consumers.
 // Letters, digits and '_', starting with a letter or '_'. Defaults to
 // "echopubsub_".
 func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p } }
@@ -94,8 +96,9 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Stor
 		return nil, fmt.Errorf("echopubsub postgres: WithTablePrefix %q: letters, digits and '_', not starting with a digit, at most 41", o.prefix)
 	}
 	s := &Store{pool: pool,
-		streams: pgx.Identifier{o.prefix + "streams"}.Sanitize(),
-		records: pgx.Identifier{o.prefix + "records"}.Sanitize()}
+		streams:   pgx.Identifier{o.prefix + "streams"}.Sanitize(),
+		records:   pgx.Identifier{o.prefix + "records"}.Sanitize(),
+		consumers: pgx.Identifier{o.prefix + "consumers"}.Sanitize()}
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -130,6 +133,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			// Tables created before rows carried their append time: those
 			// rows keep NULL, read as the zero Time (see Trim).
 			`ALTER TABLE ` + s.records + ` ADD COLUMN IF NOT EXISTS appended_at timestamptz`,
+			// Named consumers (consumers.go).
+			`CREATE TABLE IF NOT EXISTS ` + s.consumers + ` (
+				stream text NOT NULL,
+				name text NOT NULL,
+				cursor bigint NOT NULL,
+				committed_at timestamptz NOT NULL,
+				PRIMARY KEY (stream, name))`,
 		} {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("echopubsub postgres: create schema: %w", err)
@@ -142,12 +152,12 @@ func (s *Store) migrate(ctx context.Context) error {
 // Shared is true: every node appends to and reads the same streams.
 func (s *Store) Shared() bool { return true }
 
-// Append implements echopubsub.Store. Appends from concurrent callers are
+// Append implements store.Store. Appends from concurrent callers are
 // committed together (group commit: one transaction for everything queued
 // while the previous one ran, with no added delay for a lone caller), in
 // one goroutine of the store. ctx bounds the wait: a commit that ctx
 // abandoned may still land.
-func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
+func (s *Store) Append(ctx context.Context, recs []store.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -157,9 +167,9 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 		}
 	}
 	storekit.Stamp(recs)
-	a := &pending{recs: append([]echopubsub.Record(nil), recs...)}
+	a := &pending{recs: append([]store.Record(nil), recs...)}
 	if err := s.commits.Submit(ctx, a); err != nil {
-		if errors.Is(err, echopubsub.ErrStoreClosed) {
+		if errors.Is(err, store.ErrStoreClosed) {
 			return err
 		}
 		return fmt.Errorf("echopubsub postgres: append: %w", err)
@@ -172,7 +182,7 @@ func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
 
 // pending is one queued Append (its own copy of the records).
 type pending struct {
-	recs []echopubsub.Record
+	recs []store.Record
 }
 
 // commitTimeout bounds one group commit.
@@ -181,7 +191,7 @@ const commitTimeout = 30 * time.Second
 // commitBatch commits batch in one transaction (GroupCommit retries each
 // append alone when it fails).
 func (s *Store) commitBatch(batch []*pending) error {
-	var all []*echopubsub.Record
+	var all []*store.Record
 	for _, a := range batch {
 		for i := range a.recs {
 			all = append(all, &a.recs[i])
@@ -195,8 +205,8 @@ func (s *Store) commitBatch(batch []*pending) error {
 // commit appends recs in one transaction and sets their cursors. Streams
 // are locked in name order (no deadlock between appends to several
 // streams, from this node or another).
-func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
-	byStream := map[string][]*echopubsub.Record{}
+func (s *Store) commit(ctx context.Context, recs []*store.Record) error {
+	byStream := map[string][]*store.Record{}
 	for _, r := range recs {
 		byStream[r.Stream] = append(byStream[r.Stream], r)
 	}
@@ -205,7 +215,7 @@ func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	cursors := make(map[*echopubsub.Record]uint64, len(recs))
+	cursors := make(map[*store.Record]uint64, len(recs))
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows := make([][]any, 0, len(recs))
 		for _, n := range names {
@@ -233,7 +243,7 @@ func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
 	})
 	if err != nil {
 		if isClosed(err) {
-			return fmt.Errorf("echopubsub postgres: append: %w: %w", echopubsub.ErrStoreClosed, err)
+			return fmt.Errorf("echopubsub postgres: append: %w: %w", store.ErrStoreClosed, err)
 		}
 		return fmt.Errorf("echopubsub postgres: append: %w", err)
 	}
@@ -243,13 +253,13 @@ func (s *Store) commit(ctx context.Context, recs []*echopubsub.Record) error {
 	return nil
 }
 
-// Read implements echopubsub.Store.
-func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+// Read implements store.Store.
+func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int) ([]store.Record, uint64, error) {
 	if limit <= 0 {
-		return nil, 0, fmt.Errorf("%w: Read limit %d", echopubsub.ErrBadLimit, limit)
+		return nil, 0, fmt.Errorf("%w: Read limit %d", store.ErrBadLimit, limit)
 	}
 	if s.closed.Load() {
-		return nil, 0, echopubsub.ErrStoreClosed
+		return nil, 0, store.ErrStoreClosed
 	}
 	if from == 0 {
 		from = 1
@@ -259,20 +269,20 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 	if err != nil {
 		return nil, 0, s.readErr(err)
 	}
-	var out []echopubsub.Record
+	var out []store.Record
 	next := from
 	for rows.Next() {
 		var (
 			c, missed int64
 			kind      int16
 			at        *time.Time
-			r         = echopubsub.Record{Stream: stream}
+			r         = store.Record{Stream: stream}
 		)
 		if err := rows.Scan(&c, &kind, &r.Origin, &r.PayloadType, &r.Payload, &missed, &r.Reason, &at); err != nil {
 			rows.Close()
 			return nil, 0, s.readErr(err)
 		}
-		r.Cursor, r.Kind, r.Missed = uint64(c), echopubsub.RecordKind(kind), uint64(missed)
+		r.Cursor, r.Kind, r.Missed = uint64(c), store.RecordKind(kind), uint64(missed)
 		if at != nil {
 			r.Time = at.UTC()
 		}
@@ -294,7 +304,7 @@ func (s *Store) Read(ctx context.Context, stream string, from uint64, limit int)
 // raises the counter and inserts its rows in one transaction). No row up
 // to the end: each was trimmed, next is end + 1. A row committed since the
 // first query: no row, next from (the caller reads again).
-func (s *Store) readEnd(ctx context.Context, stream string, from uint64) ([]echopubsub.Record, uint64, error) {
+func (s *Store) readEnd(ctx context.Context, stream string, from uint64) ([]store.Record, uint64, error) {
 	var (
 		last  int64
 		newer bool
@@ -305,7 +315,7 @@ func (s *Store) readEnd(ctx context.Context, stream string, from uint64) ([]echo
 		return nil, 0, s.readErr(err)
 	}
 	if from > uint64(last)+1 {
-		return nil, 0, fmt.Errorf("%w: stream %q cursor %d, end %d", echopubsub.ErrCursorBeyondEnd, stream, from, last)
+		return nil, 0, fmt.Errorf("%w: stream %q cursor %d, end %d", store.ErrCursorBeyondEnd, stream, from, last)
 	}
 	if newer {
 		return nil, from, nil
@@ -315,7 +325,7 @@ func (s *Store) readEnd(ctx context.Context, stream string, from uint64) ([]echo
 
 func (s *Store) readErr(err error) error {
 	if isClosed(err) {
-		return fmt.Errorf("echopubsub postgres: read: %w: %w", echopubsub.ErrStoreClosed, err)
+		return fmt.Errorf("echopubsub postgres: read: %w: %w", store.ErrStoreClosed, err)
 	}
 	return fmt.Errorf("echopubsub postgres: read: %w", err)
 }
@@ -338,4 +348,4 @@ func (s *Store) Close() error {
 
 func unquote(q string) string { return q[1 : len(q)-1] }
 
-var _ echopubsub.Trimmer = (*Store)(nil)
+var _ store.Trimmer = (*Store)(nil)

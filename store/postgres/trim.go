@@ -5,25 +5,25 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
 )
 
-// Trim implements echopubsub.Trimmer. Per stream, it finds the highest
-// cursor r removes (the rules of storekit.Cut, in SQL: MaxRows from the
+// Trim implements store.Trimmer. Per stream, it finds the highest
+// cursor r removes (the rules of store.Retention.CutHeld, in SQL, held by the
+// stream's consumers: MaxRows from the
 // counter, MaxAge walking the primary key from the oldest row, MaxBytes a
 // running sum from the newest, whose cost grows with the rows kept), then
-// deletes at most storekit.TrimChunk rows per statement, each statement its
+// deletes at most store.TrimChunk rows per statement, each statement its
 // own transaction. A DELETE locks only the rows it removes, never a
 // stream's counter row, so appends (which lock that row) go on meanwhile;
 // the counter stays, so cursors are never reused. Rows with a NULL
 // appended_at (tables from before) are the zero Time of the rules.
-func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.Trimmed, error) {
-	if r == (echopubsub.Retention{}) {
+func (s *Store) Trim(ctx context.Context, r store.Retention) ([]store.Trimmed, error) {
+	if r == (store.Retention{}) {
 		return nil, nil
 	}
 	if s.closed.Load() {
-		return nil, echopubsub.ErrStoreClosed
+		return nil, store.ErrStoreClosed
 	}
 	type stream struct {
 		name        string
@@ -51,7 +51,7 @@ func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.
 		return nil, s.trimErr(err)
 	}
 	now := time.Now()
-	var out []echopubsub.Trimmed
+	var out []store.Trimmed
 	for _, st := range streams {
 		cut, err := s.cut(ctx, r, now, st.name, st.first, st.last)
 		if err != nil {
@@ -60,12 +60,12 @@ func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.
 		if cut < st.first {
 			continue
 		}
-		t := echopubsub.Trimmed{Stream: st.name, FirstKept: uint64(cut) + 1}
-		for lo := st.first; lo <= cut; lo += storekit.TrimChunk {
+		t := store.Trimmed{Stream: st.name, FirstKept: uint64(cut) + 1}
+		for lo := st.first; lo <= cut; lo += store.TrimChunk {
 			var n, bytes int64
 			if err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM `+s.records+`
 				WHERE stream = $1 AND cursor >= $2 AND cursor <= $3 RETURNING octet_length(payload) AS n)
-				SELECT count(*), coalesce(sum(n), 0) FROM d`, st.name, lo, min(lo+storekit.TrimChunk-1, cut)).Scan(&n, &bytes); err != nil {
+				SELECT count(*), coalesce(sum(n), 0) FROM d`, st.name, lo, min(lo+store.TrimChunk-1, cut)).Scan(&n, &bytes); err != nil {
 				if t.Rows > 0 {
 					out = append(out, t)
 				}
@@ -81,7 +81,7 @@ func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.
 }
 
 // cut is the highest cursor of stream that r removes (first - 1: none).
-func (s *Store) cut(ctx context.Context, r echopubsub.Retention, now time.Time, stream string, first, last int64) (int64, error) {
+func (s *Store) cut(ctx context.Context, r store.Retention, now time.Time, stream string, first, last int64) (int64, error) {
 	cut := first - 1
 	if r.MaxRows > 0 && uint64(last-first+1) > r.MaxRows {
 		cut = last - int64(r.MaxRows)
@@ -97,6 +97,15 @@ func (s *Store) cut(ctx context.Context, r echopubsub.Retention, now time.Time, 
 		if c != nil {
 			cut = max(cut, *c)
 		}
+	}
+	// Named consumers hold rows above their lowest committed cursor from
+	// MaxRows and MaxAge, not from MaxBytes (store.Retention.CutHeld).
+	var held *int64
+	if err := s.pool.QueryRow(ctx, `SELECT min(cursor) FROM `+s.consumers+` WHERE stream = $1`, stream).Scan(&held); err != nil {
+		return 0, s.trimErr(err)
+	}
+	if held != nil {
+		cut = min(cut, *held)
 	}
 	if r.MaxBytes > 0 {
 		var c *int64
@@ -115,7 +124,7 @@ func (s *Store) cut(ctx context.Context, r echopubsub.Retention, now time.Time, 
 
 func (s *Store) trimErr(err error) error {
 	if isClosed(err) {
-		return fmt.Errorf("echopubsub postgres: trim: %w: %w", echopubsub.ErrStoreClosed, err)
+		return fmt.Errorf("echopubsub postgres: trim: %w: %w", store.ErrStoreClosed, err)
 	}
 	return fmt.Errorf("echopubsub postgres: trim: %w", err)
 }

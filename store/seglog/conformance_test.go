@@ -16,6 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestSeglogConformance(t *testing.T) {
 	dirs := map[echopubsub.Store]string{}
 	storetest.Run(t, storetest.Harness{
+		GapRows: true,
 		Open: func(t *testing.T) echopubsub.Store {
 			d := filepath.Join(t.TempDir(), "log")
 			s, err := seglog.Open(d)

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/store/seglog"
 	"github.com/echopubsub/echopubsub/store/storetest"
 	"github.com/echopubsub/echopubsub/test"
@@ -216,7 +216,7 @@ func FuzzSeglogOpen(f *testing.F) {
 		f.Fatal(err)
 	}
 	_ = s.Append(context.Background(), []echopubsub.Record{rec("a", 1), rec("b", 2)})
-	_ = s.AppendAt(context.Background(), []echopubsub.Record{rec("a", 3)}, core.ProducerPosition{Node: "n2", Incarnation: 1, Next: 4})
+	_ = s.AppendAt(context.Background(), []echopubsub.Record{rec("a", 3)}, store.ProducerPosition{Node: "n2", Incarnation: 1, Next: 4})
 	seed, _ := os.ReadFile(filepath.Join(dir, "00000001.seg"))
 	_, _ = s.Trim(context.Background(), echopubsub.Retention{MaxRows: 1}) // a snapshot frame
 	_ = s.Close()

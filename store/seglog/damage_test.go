@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/store/seglog"
 	"github.com/echopubsub/echopubsub/store/storetest"
 	"github.com/echopubsub/echopubsub/test"
@@ -216,7 +216,7 @@ func TestSeglogTornUnsyncedFramesAreCut(t *testing.T) {
 	st, _ := os.Stat(segment(t, dir, 1))
 	synced := st.Size()
 	for i := 1; i <= 3; i++ {
-		if err := s.AppendAt(ctx(t), nil, core.ProducerPosition{Node: "n2", Incarnation: 1, Next: uint64(i)}); err != nil {
+		if err := s.AppendAt(ctx(t), nil, store.ProducerPosition{Node: "n2", Incarnation: 1, Next: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -305,7 +305,7 @@ func TestSeglogTornBeforeASnapshotIsCut(t *testing.T) {
 	}
 	st, _ := os.Stat(segment(t, dir, 1))
 	synced := st.Size()
-	if err := s.AppendAt(ctx(t), nil, core.ProducerPosition{Node: "n2", Incarnation: 1, Next: 9}); err != nil {
+	if err := s.AppendAt(ctx(t), nil, store.ProducerPosition{Node: "n2", Incarnation: 1, Next: 9}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Trim(ctx(t), echopubsub.Retention{MaxRows: 2}); err != nil {

@@ -1,4 +1,4 @@
-// Package seglog is an embedded echopubsub.Store built for the durable
+// Package seglog is an embedded store.Store built for the durable
 // append: an append-only log of segment files in one directory per node,
 // one fdatasync per group commit, and an in-memory index. It is the
 // embedded store this repository recommends and its chat demo uses;
@@ -29,10 +29,10 @@
 // Every Append, AppendAt or MarkGap call is one frame (see frame.go):
 // length, CRC-32C, then its rows (stream, cursor, record with its own
 // CRC-32C) and the producer position, so that it is all or nothing
-// after a torn write. Concurrent calls share a commit (internal/storekit.GroupCommit): their frames go
+// after a torn write. Concurrent calls share a commit (storekit.GroupCommit): their frames go
 // in one write and one fdatasync; rows become visible to Read only after
 // it, in cursor order. A commit that only records positions is not
-// fdatasynced (core.LocalStore allows it); the next commit's fdatasync
+// fdatasynced (store.LocalStore allows it); the next commit's fdatasync
 // covers it.
 //
 // Open replays every segment: each frame must read back whole and each
@@ -85,7 +85,7 @@
 //
 // # Retention
 //
-// Store is an echopubsub.Trimmer (echopubsub.WithRetention): a trim
+// Store is a store.Trimmer (echopubsub.WithRetention): a trim
 // decides from the index alone (no record is read), drops the rows from
 // the index at once, and frees the disk a segment at a time: it writes a
 // snapshot frame (each trimmed stream's first kept cursor and end, every

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // frameV1 is a frame as version 1 wrote it (before checksummed records

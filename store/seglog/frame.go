@@ -5,7 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // A segment is segMagic, then frames. A frame is one Append, AppendAt or
@@ -76,7 +76,7 @@ type frame struct {
 	version byte
 	synced  uint64 // version 3: see the format above
 	rows    []frameRow
-	pos     *core.ProducerPosition
+	pos     *store.ProducerPosition
 	snap    *snapshot // a snapshot frame (no rows, no pos)
 }
 
@@ -84,7 +84,7 @@ type frame struct {
 // bounds, and every producer position.
 type snapshot struct {
 	streams   []snapStream
-	positions []core.ProducerPosition
+	positions []store.ProducerPosition
 }
 
 type snapStream struct {
@@ -185,8 +185,8 @@ func decodeSnapshot(d *decoder) (frame, error) {
 }
 
 // position decodes a producer position (frameWriter.position).
-func (d *decoder) position() core.ProducerPosition {
-	p := core.ProducerPosition{Node: string(d.bytes())}
+func (d *decoder) position() store.ProducerPosition {
+	p := store.ProducerPosition{Node: string(d.bytes())}
 	g := d.uvarint()
 	p.Group, p.Incarnation, p.Next = uint32(g), d.uvarint(), d.uvarint()
 	p.Retired = d.byte() == 1
@@ -265,7 +265,7 @@ func (w *frameWriter) row(stream string, cursor uint64, recLen int) int {
 
 // end appends pos (or its absence) and seals the frame; false: the body
 // is over maxFrame (the frame is dropped).
-func (w *frameWriter) end(pos *core.ProducerPosition) bool {
+func (w *frameWriter) end(pos *store.ProducerPosition) bool {
 	if pos == nil {
 		w.buf = append(w.buf, 0)
 	} else {
@@ -276,7 +276,7 @@ func (w *frameWriter) end(pos *core.ProducerPosition) bool {
 }
 
 // position appends pos (decoder.position).
-func (w *frameWriter) position(pos *core.ProducerPosition) {
+func (w *frameWriter) position(pos *store.ProducerPosition) {
 	w.buf = binary.AppendUvarint(w.buf, uint64(len(pos.Node)))
 	w.buf = append(w.buf, pos.Node...)
 	w.buf = binary.AppendUvarint(w.buf, uint64(pos.Group))

@@ -4,7 +4,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // fileSys is what the store does to its directory: the operating

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/store/seglog"
 )
 
-var _ core.LocalStore[echopubsub.Record] = (*seglog.Store)(nil)
+var _ store.LocalStore = (*seglog.Store)(nil)
 
 // TestSeglogLocalStore: AppendAt records the producer position with the
 // rows, MarkGap puts a gap row in every stream (those of the same commit
@@ -20,15 +20,15 @@ var _ core.LocalStore[echopubsub.Record] = (*seglog.Store)(nil)
 func TestSeglogLocalStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
 	s := mustOpen(t, dir)
-	pos := core.ProducerPosition{Node: "n2", Group: 3, Incarnation: 7, Next: 2}
+	pos := store.ProducerPosition{Node: "n2", Group: 3, Incarnation: 7, Next: 2}
 	if err := s.AppendAt(ctx(t), []echopubsub.Record{rec("a", 1), rec("b", 1)}, pos); err != nil {
 		t.Fatal(err)
 	}
 	gap := echopubsub.Record{Origin: "n2", Missed: 4, Reason: "cursor expired"}
-	if err := s.MarkGap(ctx(t), gap, core.ProducerPosition{Node: "n2", Group: 3, Incarnation: 7, Next: 6}); err != nil {
+	if err := s.MarkGap(ctx(t), gap, store.ProducerPosition{Node: "n2", Group: 3, Incarnation: 7, Next: 6}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AppendAt(ctx(t), nil, core.ProducerPosition{Node: "\x00self", Group: 0, Incarnation: 9, Next: 11, Retired: true}); err != nil {
+	if err := s.AppendAt(ctx(t), nil, store.ProducerPosition{Node: "\x00self", Group: 0, Incarnation: 9, Next: 11, Retired: true}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(when string) {

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/store/storetest"
 	"github.com/echopubsub/echopubsub/test"
 )
@@ -55,7 +55,7 @@ func TestSeglogSurvivesPowerLoss(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				err = s.AppendAt(context.Background(), nil, core.ProducerPosition{Node: "after-kill", Group: 1, Incarnation: 1, Next: 1})
+				err = s.AppendAt(context.Background(), nil, store.ProducerPosition{Node: "after-kill", Group: 1, Incarnation: 1, Next: 1})
 				if cerr := s.Close(); err == nil {
 					err = cerr
 				}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // maxSpan is the most one read of adjacent rows fetches: rows of one
@@ -15,9 +15,9 @@ import (
 // between them are read and skipped) come in one pread.
 const maxSpan = 1 << 20
 
-// Read implements echopubsub.Store. It sees rows once they are on disk,
+// Read implements store.Store. It sees rows once they are on disk,
 // in cursor order with no hole.
-func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) ([]store.Record, uint64, error) {
 	from, err := storekit.ReadFrom(ctx, from, limit)
 	if err != nil {
 		return nil, 0, err
@@ -39,12 +39,12 @@ func (s *Store) Read(ctx context.Context, name string, from uint64, limit int) (
 // Close).
 var errSegmentGone = errors.New("segment removed by a trim")
 
-func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, uint64, error) {
+func (s *Store) read(name string, from uint64, limit int) ([]store.Record, uint64, error) {
 	var err error
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, 0, echopubsub.ErrStoreClosed
+		return nil, 0, store.ErrStoreClosed
 	}
 	var locs []loc
 	var files []segFile
@@ -72,7 +72,7 @@ func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, 
 		}
 	}
 	s.mu.RUnlock()
-	out := make([]echopubsub.Record, 0, len(locs))
+	out := make([]store.Record, 0, len(locs))
 	for i := 0; i < len(locs); {
 		j := i + 1 // rows i..j-1: one pread
 		for j < len(locs) && locs[j].seg == locs[i].seg && locs[j].off > locs[j-1].off &&
@@ -80,7 +80,7 @@ func (s *Store) read(name string, from uint64, limit int) ([]echopubsub.Record, 
 			j++
 		}
 		if out, err = readSpan(out, files[i], locs[i:j], name, from+uint64(i)); err != nil {
-			if errors.Is(err, echopubsub.ErrStoreClosed) {
+			if errors.Is(err, store.ErrStoreClosed) {
 				s.mu.RLock()
 				closed := s.closed
 				s.mu.RUnlock()
@@ -103,7 +103,7 @@ const locFrame = 1 << 31
 // readSpan reads rows locs (of one segment, in file order) with one pread
 // and appends them, cursors from cursor on, each checked against its
 // checksum: a damaged one is an error naming the file and the offset.
-func readSpan(out []echopubsub.Record, f segFile, locs []loc, name string, cursor uint64) ([]echopubsub.Record, error) {
+func readSpan(out []store.Record, f segFile, locs []loc, name string, cursor uint64) ([]store.Record, error) {
 	if locs[0].n&locFrame != 0 {
 		return readFrameRow(out, f, locs[0], name, cursor)
 	}
@@ -112,7 +112,7 @@ func readSpan(out []echopubsub.Record, f segFile, locs []loc, name string, curso
 	buf := make([]byte, last.off+last.n-base)
 	if _, err := f.ReadAt(buf, int64(base)); err != nil {
 		if errors.Is(err, os.ErrClosed) {
-			return nil, echopubsub.ErrStoreClosed
+			return nil, store.ErrStoreClosed
 		}
 		return nil, fmt.Errorf("echopubsub: seglog read %s offset %d: %w", f.Name(), base, err)
 	}
@@ -129,11 +129,11 @@ func readSpan(out []echopubsub.Record, f segFile, locs []loc, name string, curso
 
 // readFrameRow reads the row (name, cursor) of the version 1 frame at l
 // and appends it, once the frame's checksum held.
-func readFrameRow(out []echopubsub.Record, f segFile, l loc, name string, cursor uint64) ([]echopubsub.Record, error) {
+func readFrameRow(out []store.Record, f segFile, l loc, name string, cursor uint64) ([]store.Record, error) {
 	buf := make([]byte, l.n&^locFrame)
 	if _, err := f.ReadAt(buf, int64(l.off)); err != nil {
 		if errors.Is(err, os.ErrClosed) {
-			return nil, echopubsub.ErrStoreClosed
+			return nil, store.ErrStoreClosed
 		}
 		return nil, fmt.Errorf("echopubsub: seglog read %s offset %d: %w", f.Name(), l.off, err)
 	}

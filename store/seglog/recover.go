@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/echopubsub/echopubsub/internal/core"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 func segName(id uint32) string { return fmt.Sprintf("%08d.seg", id) }
@@ -74,7 +74,7 @@ func (s *Store) reset() {
 		_ = f.Close()
 		delete(s.segs, id)
 	}
-	s.streams, s.positions, s.live = map[string]*stream{}, map[posKey]core.ProducerPosition{}, map[uint32]int{}
+	s.streams, s.positions, s.live = map[string]*stream{}, map[posKey]store.ProducerPosition{}, map[uint32]int{}
 	s.active, s.activeID, s.size, s.synced, s.firstSeg, s.snapSeg = nil, 0, 0, 0, 0, 0
 }
 

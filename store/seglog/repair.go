@@ -12,9 +12,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
 // damage is a frame that does not read back where a crash cannot have
@@ -181,7 +180,7 @@ func (s *Store) repaired(d *damage, events []event, moved int) ([]byte, error) {
 // Every row past a stream's end was in the moved bytes, so no stream
 // gets more than moved / minRowBytes cursors: a cursor past that, read
 // from the damaged frame (its checksum failed) or crafted, is not one.
-func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Record, []core.ProducerPosition) {
+func (s *Store) salvage(d *damage, events []event, moved int) ([]store.Record, []store.ProducerPosition) {
 	f := s.find(d, events)
 	names := map[string]bool{}
 	for n := range s.streams {
@@ -191,7 +190,7 @@ func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Reco
 		names[n] = true
 	}
 	reason := fmt.Sprintf("seglog repair: lost to damage at %s offset %d", d.f.Name(), d.off)
-	var out []echopubsub.Record
+	var out []store.Record
 	for _, name := range sortedNames(names) {
 		end := uint64(0)
 		if st := s.streams[name]; st != nil {
@@ -213,14 +212,14 @@ func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Reco
 				out = append(out, r)
 				continue
 			}
-			g := echopubsub.Record{Stream: name, Kind: echopubsub.RecordGap, Reason: reason, Time: time.Now()}
+			g := store.Record{Stream: name, Kind: store.RecordGap, Reason: reason, Time: time.Now()}
 			if c <= f.seen[name] {
 				g.Missed = 1
 			}
 			out = append(out, g)
 		}
 	}
-	pos := make([]core.ProducerPosition, 0, len(f.positions))
+	pos := make([]store.ProducerPosition, 0, len(f.positions))
 	for _, p := range f.positions {
 		pos = append(pos, p)
 	}
@@ -232,19 +231,19 @@ func (s *Store) salvage(d *damage, events []event, moved int) ([]echopubsub.Reco
 
 // found is what a repair found past the damage.
 type found struct {
-	intact    map[string]map[uint64]echopubsub.Record // rows still whole, by stream and cursor
-	seen      map[string]uint64                       // per stream, the highest cursor found
-	lastAt    map[string]int                          // per stream, the event it was found in last (-1: the damaged frame)
-	unknown   []struct{ at, n int }                   // bytes that read back as no frame: event, length
-	positions map[posKey]core.ProducerPosition        // the last of each producer
+	intact    map[string]map[uint64]store.Record // rows still whole, by stream and cursor
+	seen      map[string]uint64                  // per stream, the highest cursor found
+	lastAt    map[string]int                     // per stream, the event it was found in last (-1: the damaged frame)
+	unknown   []struct{ at, n int }              // bytes that read back as no frame: event, length
+	positions map[posKey]store.ProducerPosition  // the last of each producer
 }
 
 // find collects what events (and the damaged frame, when its rows go on
 // from the index: its checksum failed, anything else in it is not taken
 // as a row) hold.
 func (s *Store) find(d *damage, events []event) found {
-	f := found{intact: map[string]map[uint64]echopubsub.Record{}, seen: map[string]uint64{}, lastAt: map[string]int{},
-		positions: map[posKey]core.ProducerPosition{}}
+	f := found{intact: map[string]map[uint64]store.Record{}, seen: map[string]uint64{}, lastAt: map[string]int{},
+		positions: map[posKey]store.ProducerPosition{}}
 	if body, ok := damagedBody(d.b[d.off:]); ok {
 		if fr, err := decodeFrame(body); err == nil && fr.snap == nil && s.continues(fr.rows) {
 			for _, r := range fr.rows {
@@ -276,7 +275,7 @@ func (s *Store) find(d *damage, events []event) found {
 				continue // a gap row stands for it
 			}
 			if f.intact[r.stream] == nil {
-				f.intact[r.stream] = map[uint64]echopubsub.Record{}
+				f.intact[r.stream] = map[uint64]store.Record{}
 			}
 			rec.Stream = r.stream
 			f.intact[r.stream][r.cursor] = rec
@@ -307,7 +306,7 @@ func (s *Store) continues(rows []frameRow) bool {
 	return true
 }
 
-func snapPositions(fr *frame) []core.ProducerPosition {
+func snapPositions(fr *frame) []store.ProducerPosition {
 	if fr.snap == nil {
 		return nil
 	}

@@ -14,12 +14,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
+	"github.com/echopubsub/echopubsub/store/storekit"
 )
 
-// Store is the segmented-log echopubsub.Store (see the package doc). Its
+// Store is the segmented-log store.Store (see the package doc). Its
 // only goroutine is the group committer, stopped by Close.
 type Store struct {
 	dir     string
@@ -53,7 +52,12 @@ type Store struct {
 	closed    bool
 	segs      map[uint32]segFile
 	streams   map[string]*stream
-	positions map[posKey]core.ProducerPosition
+	positions map[posKey]store.ProducerPosition
+
+	// cmu guards consumers and serialises writes of their file
+	// (consumers.go).
+	cmu       sync.Mutex
+	consumers storekit.ConsumerTable
 }
 
 // stream is the index of one stream: where each row's record is, in
@@ -66,7 +70,7 @@ type stream struct {
 func (st *stream) end() uint64 { return st.first + uint64(len(st.rows)) - 1 }
 
 // loc is where a row's record (storekit.AppendRecord) is, with what a
-// trim decides on (storekit.Row): its payload's length and append time
+// trim decides on (store.TrimRow): its payload's length and append time
 // (time.Time.UnixNano; 0: none), so that Trim reads no record.
 type loc struct {
 	seg, off, n uint32
@@ -153,8 +157,12 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("echopubsub: seglog: %w", err)
 	}
 	s := &Store{dir: dir, log: o.log, segSize: o.segSize, fs: o.fs, lock: lock, repair: o.repair, tailCut: cut,
-		segs: map[uint32]segFile{}, streams: map[string]*stream{}, positions: map[posKey]core.ProducerPosition{}, live: map[uint32]int{}}
+		segs: map[uint32]segFile{}, streams: map[string]*stream{}, positions: map[posKey]store.ProducerPosition{}, live: map[uint32]int{}}
 	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
+	}
+	if s.consumers, err = s.loadConsumers(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("echopubsub: seglog %s: %w", dir, err)
 	}
@@ -169,10 +177,10 @@ const groupLinger = 150 * time.Microsecond
 // Shared is false: the directory belongs to one node.
 func (s *Store) Shared() bool { return false }
 
-// Append implements echopubsub.Store: the rows are one frame, fdatasynced
+// Append implements store.Store: the rows are one frame, fdatasynced
 // before Append returns. ctx bounds the wait; a commit that ctx abandoned
 // may still land.
-func (s *Store) Append(ctx context.Context, recs []echopubsub.Record) error {
+func (s *Store) Append(ctx context.Context, recs []store.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -186,27 +194,27 @@ type item struct {
 	trim *trimOp
 }
 
-// AppendAt implements core.LocalStore.
-func (s *Store) AppendAt(ctx context.Context, recs []echopubsub.Record, pos core.ProducerPosition) error {
+// AppendAt implements store.LocalStore.
+func (s *Store) AppendAt(ctx context.Context, recs []store.Record, pos store.ProducerPosition) error {
 	return storekit.SubmitLocal(ctx, s.commits, &item{}, "seglog append", recs, nil, &pos)
 }
 
-// MarkGap implements core.LocalStore.
-func (s *Store) MarkGap(ctx context.Context, gap echopubsub.Record, pos core.ProducerPosition) error {
-	gap.Kind, gap.Stream = echopubsub.RecordGap, "-"
+// MarkGap implements store.LocalStore.
+func (s *Store) MarkGap(ctx context.Context, gap store.Record, pos store.ProducerPosition) error {
+	gap.Kind, gap.Stream = store.RecordGap, "-"
 	return storekit.SubmitLocal(ctx, s.commits, &item{}, "seglog append", nil, &gap, &pos)
 }
 
-// Position implements core.LocalStore.
-func (s *Store) Position(ctx context.Context, node string, group uint32) (core.ProducerPosition, bool, error) {
+// Position implements store.LocalStore.
+func (s *Store) Position(ctx context.Context, node string, group uint32) (store.ProducerPosition, bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return core.ProducerPosition{Node: node, Group: group}, false, echopubsub.ErrStoreClosed
+		return store.ProducerPosition{Node: node, Group: group}, false, store.ErrStoreClosed
 	}
 	p, ok := s.positions[posKey{node, group}]
 	if !ok {
-		p = core.ProducerPosition{Node: node, Group: group}
+		p = store.ProducerPosition{Node: node, Group: group}
 	}
 	return p, ok, nil
 }
@@ -362,7 +370,7 @@ func (s *Store) encode(a *storekit.LocalAppend, next map[string]uint64, rows []p
 			}
 		}
 		sort.Strings(names)
-		recs = make([]echopubsub.Record, len(names))
+		recs = make([]store.Record, len(names))
 		for i, n := range names {
 			recs[i] = *a.Gap
 			recs[i].Stream = n

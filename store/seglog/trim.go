@@ -9,24 +9,23 @@ import (
 	"sort"
 	"time"
 
-	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/storekit"
+	"github.com/echopubsub/echopubsub/store"
 )
 
-var _ echopubsub.Trimmer = (*Store)(nil)
+var _ store.Trimmer = (*Store)(nil)
 
 // trimOp is one Trim through the group commit: the committer decides and
 // applies it between two commits, so that it sees a stream's rows as
 // appends leave them, and fills in out and err.
 type trimOp struct {
 	ctx context.Context // ended before the committer reaches it: nothing is done
-	r   echopubsub.Retention
+	r   store.Retention
 	now time.Time
-	out []echopubsub.Trimmed
+	out []store.Trimmed
 	err error
 }
 
-// Trim implements echopubsub.Trimmer. It runs on the committer between
+// Trim implements store.Trimmer. It runs on the committer between
 // two commits, and never reads a record: the index holds each row's
 // payload length and append time. What it removes is gone from Read at
 // once; on disk, it writes a snapshot frame (each trimmed stream's first
@@ -37,13 +36,13 @@ type trimOp struct {
 // ctx's error, not the figures). A segment that
 // still holds one row kept is kept whole: the disk is freed a segment at
 // a time (WithSegmentSize), from the oldest.
-func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.Trimmed, error) {
-	if r == (echopubsub.Retention{}) {
+func (s *Store) Trim(ctx context.Context, r store.Retention) ([]store.Trimmed, error) {
+	if r == (store.Retention{}) {
 		return nil, nil
 	}
 	op := &trimOp{ctx: ctx, r: r, now: time.Now()}
 	if err := s.commits.Submit(ctx, &item{trim: op}); err != nil {
-		if !errors.Is(err, echopubsub.ErrStoreClosed) && ctx.Err() == nil {
+		if !errors.Is(err, store.ErrStoreClosed) && ctx.Err() == nil {
 			err = fmt.Errorf("echopubsub: seglog trim: %w", err)
 		}
 		return nil, err
@@ -53,7 +52,7 @@ func (s *Store) Trim(ctx context.Context, r echopubsub.Retention) ([]echopubsub.
 
 // trim decides and applies r (committer only): the rows removed leave the
 // index only once the snapshot that says so is on disk.
-func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimmed, error) {
+func (s *Store) trim(r store.Retention, now time.Time) ([]store.Trimmed, error) {
 	cuts := s.cuts(r, now)
 	if len(cuts) == 0 && (s.firstSeg >= s.activeID || s.live[s.firstSeg] > 0) {
 		return nil, nil
@@ -71,7 +70,7 @@ func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimme
 		return nil, fmt.Errorf("echopubsub: seglog trim: %w", err)
 	}
 	s.snapSeg = s.activeID
-	out := make([]echopubsub.Trimmed, 0, len(cuts))
+	out := make([]store.Trimmed, 0, len(cuts))
 	s.mu.Lock()
 	for _, name := range sortedKeys(cuts) {
 		out = append(out, s.drop(s.streams[name], name, cuts[name]+1))
@@ -86,20 +85,20 @@ func (s *Store) trim(r echopubsub.Retention, now time.Time) ([]echopubsub.Trimme
 }
 
 // cuts is, per stream r trims, the highest cursor to remove
-// (storekit.Cut), read from the index (committer only: it alone changes
+// (store.Retention.Cut), read from the index (committer only: it alone changes
 // the index).
-func (s *Store) cuts(r echopubsub.Retention, now time.Time) map[string]uint64 {
+func (s *Store) cuts(r store.Retention, now time.Time) map[string]uint64 {
 	out := map[string]uint64{}
 	for name, st := range s.streams {
 		rows, first := st.rows, st.first
-		walk := func(down bool) func(func(storekit.Row) bool) {
-			return func(yield func(storekit.Row) bool) {
+		walk := func(down bool) func(func(store.TrimRow) bool) {
+			return func(yield func(store.TrimRow) bool) {
 				for k := range rows {
 					i := k
 					if down {
 						i = len(rows) - 1 - k
 					}
-					row := storekit.Row{Cursor: first + uint64(i), Bytes: uint64(rows[i].bytes)}
+					row := store.TrimRow{Cursor: first + uint64(i), Bytes: uint64(rows[i].bytes)}
 					if rows[i].at != 0 {
 						row.Time = time.Unix(0, rows[i].at)
 					}
@@ -109,7 +108,7 @@ func (s *Store) cuts(r echopubsub.Retention, now time.Time) map[string]uint64 {
 				}
 			}
 		}
-		if cut := storekit.Cut(r, now, first, st.end(), walk(false), walk(true)); cut >= first {
+		if cut := r.CutHeld(now, first, st.end(), s.held(name), walk(false), walk(true)); cut >= first {
 			out[name] = cut
 		}
 	}
@@ -142,8 +141,8 @@ func (s *Store) snapshot(cuts map[string]uint64) *snapshot {
 
 // drop removes st's rows below first from the index (under mu, or in
 // Open) and says what it removed.
-func (s *Store) drop(st *stream, name string, first uint64) echopubsub.Trimmed {
-	t := echopubsub.Trimmed{Stream: name, FirstKept: first}
+func (s *Store) drop(st *stream, name string, first uint64) store.Trimmed {
+	t := store.Trimmed{Stream: name, FirstKept: first}
 	if first <= st.first {
 		t.FirstKept = st.first
 		return t

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 	"github.com/echopubsub/echopubsub/store/seglog"
 )
 
@@ -60,7 +60,7 @@ func wantRows(t *testing.T, s echopubsub.Store, stream string, first, end uint64
 func TestSeglogTrimRemovesSegments(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
 	s := mustOpen(t, dir, seglog.WithSegmentSize(seglog.MinSegmentSize))
-	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3, Next: 9}
+	pos := store.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3, Next: 9}
 	if err := s.AppendAt(ctx(t), []echopubsub.Record{rec("a", 0)}, pos); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestSeglogOpenKeepsTheLastSnapshot(t *testing.T) {
 	opt := seglog.WithSegmentSize(seglog.MinSegmentSize)
 	s := mustOpen(t, dir, opt)
 	fill(t, s, 100, "a", "b")
-	pos := core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3, Next: 9}
+	pos := store.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3, Next: 9}
 	if err := s.AppendAt(ctx(t), nil, pos); err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestSeglogTrimRemovesPositionOnlySegments(t *testing.T) {
 	}
 	s = mustOpen(t, dir, opt)
 	t.Cleanup(func() { _ = s.Close() })
-	for _, want := range []core.ProducerPosition{once, pos} {
+	for _, want := range []store.ProducerPosition{once, pos} {
 		if p, ok, err := s.Position(ctx(t), want.Node, want.Group); err != nil || !ok || p != want {
 			t.Fatalf("position %+v %v %v, want %+v", p, ok, err, want)
 		}
@@ -399,13 +399,13 @@ func TestSeglogTrimWithEndedContextRemovesNothing(t *testing.T) {
 // position again and again, until dir holds n segments: the log of a node
 // whose batches carry no durable row. It returns both positions as last
 // recorded.
-func positionSegments(t *testing.T, s *seglog.Store, dir string, n int) (once, pos core.ProducerPosition) {
+func positionSegments(t *testing.T, s *seglog.Store, dir string, n int) (once, pos store.ProducerPosition) {
 	t.Helper()
-	once = core.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
+	once = store.ProducerPosition{Node: "n3", Group: 2, Incarnation: 5, Next: 7}
 	if err := s.AppendAt(ctx(t), nil, once); err != nil {
 		t.Fatal(err)
 	}
-	pos = core.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
+	pos = store.ProducerPosition{Node: "n2", Group: 1, Incarnation: 3}
 	for len(segs(t, dir)) < n {
 		pos.Next++
 		if err := s.AppendAt(ctx(t), nil, pos); err != nil {

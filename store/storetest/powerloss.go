@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // PowerLossHarness gives PowerLoss a store on storage that can lose power:
@@ -103,7 +103,7 @@ func plRun(t *testing.T, s echopubsub.Store) *plWork {
 		positions: map[string]uint64{}}
 	c := context.Background()
 	streams := []string{"a", "b", "c"}
-	local, _ := s.(core.LocalStore[echopubsub.Record])
+	local, _ := s.(store.LocalStore)
 	trimmer, _ := s.(echopubsub.Trimmer)
 	stop := make(chan struct{})
 	var wg, writers sync.WaitGroup
@@ -123,7 +123,7 @@ func plRun(t *testing.T, s echopubsub.Store) *plWork {
 					w.written[payload] = stream
 					w.mu.Unlock()
 				}
-				pos := core.ProducerPosition{Node: node, Group: 1, Incarnation: 1, Next: uint64(seq)}
+				pos := store.ProducerPosition{Node: node, Group: 1, Incarnation: 1, Next: uint64(seq)}
 				var err error
 				switch {
 				case local != nil && (seq%7 == 0 || p == 2 && seq%2 == 1):
@@ -253,7 +253,7 @@ func plCheck(t *testing.T, r echopubsub.Store, w *plWork, point string) int {
 			t.Fatalf("%s: stream %q: append after the power loss: cursor %d (end %d), %v", point, st, more[0].Cursor, end, err)
 		}
 	}
-	if l, ok := r.(core.LocalStore[echopubsub.Record]); ok {
+	if l, ok := r.(store.LocalStore); ok {
 		for node, next := range w.positions {
 			p, found, err := l.Position(c, node, 1)
 			if err != nil || !found || p.Next < next {

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -103,11 +102,9 @@ func runRestartChild(specJSON string, open Opener) int {
 		log.Error().Err(err).Msg("child: start")
 		return 2
 	}
-	out := json.NewEncoder(os.Stdout)
-	var outMu sync.Mutex
-	send := func(ev restartEvent) { outMu.Lock(); _ = out.Encode(ev); outMu.Unlock() }
-	send(restartEvent{Ev: "ready", Addr: system.Address()})
-	go restartChildServe(ps, system, spec, log, send) // ends with stdin (the parent is gone) or the process
+	out := proc.NewChild(os.Stdout)
+	out.Send(restartEvent{Ev: proc.EvReady, Addr: system.Address()})
+	go restartChildServe(ps, system, spec, log, out) // ends with stdin (the parent is gone) or the process
 	<-term.Done()
 	// As an operator's node stops: the pubsub first, then the remote.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -120,16 +117,10 @@ func runRestartChild(specJSON string, open Opener) int {
 	return 0
 }
 
-func restartChildServe(ps *echopubsub.PubSub, system *actor.ActorSystem, spec restartChildSpec, log zerolog.Logger, send func(restartEvent)) {
+func restartChildServe(ps *echopubsub.PubSub, system *actor.ActorSystem, spec restartChildSpec, log zerolog.Logger, out *proc.Child) {
 	next := uint64(0)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var c restartCommand
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			send(restartEvent{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", in.Text(), err)})
-			continue
-		}
-		reply := restartEvent{Ev: "reply", ID: c.ID}
+	for c := range proc.Commands[restartCommand](out, os.Stdin) {
+		reply := restartEvent{Ev: proc.EvReply, ID: c.ID}
 		switch c.Op {
 		case "publish":
 			for i := 0; i < c.N; i++ {
@@ -150,7 +141,7 @@ func restartChildServe(ps *echopubsub.PubSub, system *actor.ActorSystem, spec re
 		default:
 			reply.Err = fmt.Sprintf("unknown op %q", c.Op)
 		}
-		send(reply)
+		out.Send(reply)
 	}
 	log.Info().Msg("child: stdin closed")
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -11,7 +13,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
-	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/store"
 )
 
 // sized is a message row of stream with an n-byte payload.
@@ -196,11 +198,11 @@ func runRetention(t *testing.T, h Harness, open func(t *testing.T) echopubsub.St
 	})
 	t.Run("RetentionKeepsGapRowsAndPositions", func(t *testing.T) {
 		s := trimmer(t)
-		l, ok := s.(core.LocalStore[echopubsub.Record])
+		l, ok := s.(store.LocalStore)
 		if !ok {
 			t.Skipf("%T is not a node-local store with gap rows", s)
 		}
-		pos := core.ProducerPosition{Node: "node-b:2", Group: 0, Incarnation: 7, Next: 42}
+		pos := store.ProducerPosition{Node: "node-b:2", Group: 0, Incarnation: 7, Next: 42}
 		if err := l.AppendAt(ctx(t), []echopubsub.Record{sized("p", 10), sized("p", 10)}, pos); err != nil {
 			t.Fatal(err)
 		}
@@ -223,6 +225,7 @@ func runRetention(t *testing.T, h Harness, open func(t *testing.T) echopubsub.St
 			t.Fatalf("position after MarkGap: %+v, want %+v", got, pos)
 		}
 	})
+	t.Run("RetentionAgreesWithCut", func(t *testing.T) { agreesWithCut(t, trimmer(t)) })
 	t.Run("RetentionConcurrentWithAppends", func(t *testing.T) {
 		s := trimmer(t)
 		const seed, writers, each, keep = 20_000, 4, 100, 50
@@ -322,4 +325,92 @@ func UntimedRows(t *testing.T, s echopubsub.Store, old echopubsub.Record) {
 	}
 	wantKept(t, s, "legacy", 1, 3)
 	wantKept(t, s, "mixed", 5, 5)
+}
+
+// agreesWithCut: what Trim removes is what the one rule says
+// (store.Retention.CutHeld, applied here to the rows Read returns), for
+// random streams (payload sizes, gap rows, append times a minute apart),
+// random retentions and, on a store.ConsumerStore, random named
+// consumers. store/postgres decides in SQL: this is where
+// its SQL is held to the rule.
+func agreesWithCut(t *testing.T, s echopubsub.Store) {
+	rng := rand.New(rand.NewPCG(38, 4))
+	hold := rand.New(rand.NewPCG(40, 4)) // consumers: apart, so rng draws what it drew before
+	for round := 0; round < 20; round++ {
+		stream := fmt.Sprintf("cut%d", round)
+		n := 1 + rng.IntN(40)
+		base := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+		recs := make([]echopubsub.Record, n)
+		for i := range recs {
+			recs[i] = sized(stream, rng.IntN(50))
+			if rng.IntN(5) == 0 {
+				recs[i] = echopubsub.Record{Stream: stream, Kind: echopubsub.RecordGap, Origin: "node-b:2", Missed: 3, Reason: "lost"}
+			}
+			recs[i].Time = base.Add(time.Duration(i) * time.Minute)
+		}
+		appendAll(t, s, recs)
+		var r echopubsub.Retention
+		for r == (echopubsub.Retention{}) {
+			if rng.IntN(2) == 0 {
+				r.MaxRows = uint64(rng.IntN(n + 5))
+			}
+			if rng.IntN(2) == 0 {
+				r.MaxBytes = uint64(rng.IntN(25 * n))
+			}
+			if rng.IntN(2) == 0 {
+				// Half a minute off every row's age: the store's clock
+				// at Trim and this one's never straddle a row.
+				r.MaxAge = time.Duration(rng.IntN(70))*time.Minute + 30*time.Second
+			}
+		}
+		rows, _ := read(t, s, stream, 0, n+10)
+		first, end := rows[0].Cursor, rows[len(rows)-1].Cursor
+		walk := func(down bool) func(func(store.TrimRow) bool) {
+			return func(yield func(store.TrimRow) bool) {
+				for i := range rows {
+					row := rows[i]
+					if down {
+						row = rows[len(rows)-1-i]
+					}
+					if !yield(store.TrimRow{Cursor: row.Cursor, Time: row.Time, Bytes: uint64(len(row.Payload))}) {
+						return
+					}
+				}
+			}
+		}
+		held := holdSome(t, s, stream, first, end, hold)
+		want := r.CutHeld(time.Now(), first, end, held, walk(false), walk(true))
+		got := trim(t, s, r)[stream]
+		switch {
+		case want < first && got.Rows != 0:
+			t.Fatalf("round %d: Trim(%v) of %s (cursors %d..%d, consumers hold %d) removed %+v; store.Retention.CutHeld removes none", round, r, stream, first, end, held, got)
+		case want >= first && (got.FirstKept != want+1 || got.Rows != want-first+1):
+			t.Fatalf("round %d: Trim(%v) of %s (cursors %d..%d, consumers hold %d) removed %+v; store.Retention.CutHeld removes up to cursor %d", round, r, stream, first, end, held, got, want)
+		}
+		if want >= first {
+			wantKept(t, s, stream, want+1, end)
+		}
+	}
+}
+
+// holdSome commits, on a store.ConsumerStore, zero to two consumers of
+// stream at random cursors of first-1..end, and returns what they hold
+// (store.Held; NoHold: none).
+func holdSome(t *testing.T, s echopubsub.Store, stream string, first, end uint64, rng *rand.Rand) uint64 {
+	t.Helper()
+	cs, ok := s.(store.ConsumerStore)
+	if !ok {
+		return store.NoHold
+	}
+	for i := rng.IntN(3); i > 0; i-- {
+		c := first - 1 + uint64(rng.IntN(int(end-first+2)))
+		if err := cs.CommitConsumer(ctx(t), stream, fmt.Sprintf("c%d", i), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _, err := cs.Consumers(ctx(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.Held(got)
 }

@@ -1,8 +1,11 @@
-// Package storetest is the conformance suite of echopubsub.Store: every
+// Package storetest is the conformance suite of store.Store: every
 // implementation runs Run against real storage (store/bolt, the embedded
 // bbolt store; store/postgres, PostgreSQL), and the durable benchmarks
 // (BenchDurableBroadcast, BenchReplayPage) on it. The retention cases
-// (retention.go) run on a store that implements echopubsub.Trimmer. A
+// (retention.go) run on a store that implements store.Trimmer, the
+// producer positions and gap rows (local.go) on one that implements
+// store.LocalStore (Harness.GapRows: must), the named consumers
+// (consumers.go) on one that implements store.ConsumerStore. A
 // store whose storage a test can damage runs ServesNoDamagedRow (bits
 // flipped on the disk are never served) and, when its writes can be made
 // to lose power, PowerLoss (crash points; store/seglog does both).
@@ -30,6 +33,10 @@ type Harness struct {
 	// Twin, for a shared store, opens a second handle on s's storage, as
 	// another node would (closed by the suite); nil for a node-local one.
 	Twin func(t *testing.T, s echopubsub.Store) echopubsub.Store
+	// GapRows: the store is node-local with gap rows (store.LocalStore);
+	// the suite fails when it is not. Without, the LocalStore cases run
+	// only on a store that implements it.
+	GapRows bool
 }
 
 func ctx(t *testing.T) context.Context {
@@ -278,7 +285,9 @@ func Run(t *testing.T, h Harness) {
 			t.Fatal("Read after Close: no error")
 		}
 	})
+	runLocal(t, h, open)
 	runRetention(t, h, open)
+	runConsumers(t, h, open)
 	t.Run("CanceledContext", func(t *testing.T) {
 		s := open(t)
 		c, cancel := context.WithCancel(context.Background())

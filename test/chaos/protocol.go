@@ -16,8 +16,11 @@
 package chaos
 
 import (
+	"io"
+	"os"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test"
 )
 
@@ -26,6 +29,13 @@ const Topic = "chaos"
 
 // SessionTopic is the durable topic of the session soak (test/e2e).
 const SessionTopic = "sessions"
+
+// PresenceTracked is about how many presences each chaos node's churn
+// keeps on Topic, and PresenceStepEvery how often it changes one.
+const (
+	PresenceTracked   = 20
+	PresenceStepEvery = 50 * time.Millisecond
+)
 
 // StatusEvery is how often a node reports its status unasked.
 const StatusEvery = 500 * time.Millisecond
@@ -45,7 +55,7 @@ type Command struct {
 	Publishers int `json:"publishers,omitempty"`
 	Rate       int `json:"rate,omitempty"`
 	Pad        int `json:"pad,omitempty"`
-	// crash: "producer" or "worker".
+	// crash: "producer" or "worker"; presence: "pause", "resume", "list".
 	What string `json:"what,omitempty"`
 	// behind, finish: what each publisher sent.
 	Sent []PubInfo `json:"sent,omitempty"`
@@ -79,6 +89,12 @@ const (
 	// committing and acking (test/e2e's owner_hardqueue fault: the library
 	// closes it at HardQueue); with What "resume", go on.
 	OpStall = "stall"
+	// OpPresence drives a node's presence churn (nodes started with
+	// -presence-down-after): Command.What "pause" stops its changes (the
+	// one under way completes first), "resume" goes on, "list" reports
+	// what the node lists (Event.Presence) and which of it is its own
+	// (Event.OwnPresence).
+	OpPresence = "presence"
 	// Proxy ops.
 	OpRoute    = "route"
 	OpMode     = "mode"
@@ -164,6 +180,41 @@ type Event struct {
 	// sessions: the node's owners and its store's last cursor.
 	Owners   []OwnerInfo `json:"owners,omitempty"`
 	StoreEnd uint64      `json:"store_end,omitempty"`
+	// presence, list: every presence the node lists on Topic and the ones
+	// it tracks itself, each "key@node#ref map[meta]", sorted.
+	Presence    []string `json:"presence,omitempty"`
+	OwnPresence []string `json:"own_presence,omitempty"`
 	// counters (proxy).
 	Counters *ProxyCounters `json:"counters,omitempty"`
+}
+
+// NodeLoop is the command loop of a chaos node and of a session node
+// (test/e2e's sessionnode), after its ready line: until sig, the end of in
+// (the harness went away) or an OpQuit, it answers each command with
+// handle's Event as the command's reply and sends status() unasked every
+// StatusEvery; on the way out it calls stop once (before the quit's
+// reply, so that the reply says the node stopped) and returns its error.
+func NodeLoop(out *proc.Child, in io.Reader, sig <-chan os.Signal, handle func(Command) Event, status func() Event, stop func() error) error {
+	cmds := proc.Commands[Command](out, in)
+	tick := time.NewTicker(StatusEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sig:
+			return stop()
+		case <-tick.C:
+			out.Send(status())
+		case c, ok := <-cmds:
+			if !ok || c.Op == OpQuit {
+				err := stop()
+				if ok {
+					out.Send(Event{Ev: proc.EvReply, ID: c.ID})
+				}
+				return err
+			}
+			ev := handle(c)
+			ev.Ev, ev.ID = proc.EvReply, c.ID
+			out.Send(ev)
+		}
+	}
 }

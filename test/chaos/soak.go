@@ -71,6 +71,13 @@ type SoakOptions struct {
 	// samples the first node's RSS: the memory of a producer whose peer is
 	// partitioned.
 	IsolateAtEnd time.Duration
+	// PresenceDownAfter, when > 0, runs a presence tracker and its churn on
+	// every node (chaosnode -presence-down-after) and, after each fault has
+	// settled and at the end, checks that every live node's List equals the
+	// union of what the live nodes track (Result.PresenceViolations),
+	// waiting at most PresenceWithin for it.
+	PresenceDownAfter time.Duration
+	PresenceWithin    time.Duration
 }
 
 // Result is what a soak measured.
@@ -103,6 +110,12 @@ type Result struct {
 	// LiveViolations is what the nodes' live checkers reported (progress
 	// only; the record is the verdict).
 	LiveViolations int
+	// PresenceChecks is how many times (after each fault, and at the end)
+	// every live node's presence list was compared with the union of live
+	// tracks; PresenceViolations, each time they did not agree within
+	// SoakOptions.PresenceWithin.
+	PresenceChecks     int
+	PresenceViolations []string
 }
 
 // RunSoak starts a cluster, publishes from every node while injecting each
@@ -122,6 +135,16 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	// joining node what was written after that node's Start).
 	pub := Command{Op: OpPublish, Publishers: o.Publishers, Rate: o.Rate, Pad: o.Pad}
 	copt := o.Cluster
+	if o.PresenceDownAfter > 0 {
+		args := copt.NodeArgs
+		copt.NodeArgs = func(nd *NodeProc) []string {
+			var a []string
+			if args != nil {
+				a = args(nd)
+			}
+			return append(a, "-presence-down-after", o.PresenceDownAfter.String())
+		}
+	}
 	copt.Started = func(c *Cluster, i int) error {
 		if err := subscribe(c, i, o, false); err != nil {
 			return err
@@ -136,45 +159,24 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	defer c.Close()
 	res := &Result{Faults: map[string]int{}, Confirmed: map[string]int{}, ReordersPerSender: map[string]int{}, DuplicatesPerNode: map[string]int64{},
 		ExpiriesPerNode: map[string]int64{}, PeakHWMKB: map[string]int64{}}
-	kinds := []string{}
-	all := AllFaults
-	if len(o.Kinds) > 0 {
-		all = o.Kinds
-	}
-	for _, k := range all {
-		if needsNetns(k) && !o.Cluster.Netns {
-			res.Skipped = append(res.Skipped, k)
-			continue
-		}
-		kinds = append(kinds, k)
-	}
+	var kinds []string
+	kinds, res.Skipped = SplitKinds(o.Kinds, o.Cluster.Netns)
 	if err := c.WaitRegistered(30 * time.Second); err != nil {
 		return nil, fmt.Errorf("cluster did not form: %w", err)
 	}
 	res.SentBeforeFormed = c.Sent() // as of the nodes' last status reports: a lower bound
 	logf("soak: %d nodes publishing (%d publishers x %d msg/s each), netns=%v; %d messages broadcast before every producer had joined every node",
 		len(c.Nodes), o.Publishers, o.Rate, o.Cluster.Netns, res.SentBeforeFormed)
-	if err := sleepCtx(ctx, o.Settle); err != nil {
+	if err := Sleep(ctx, o.Settle); err != nil {
 		return nil, err
 	}
 	res.BaselineRSSKB = c.Nodes[0].Proc.Status().RSSKB
 
-	for n := 0; ; n++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if c.Sent() >= o.Messages && n >= len(kinds) {
-			break
-		}
-		kind := kinds[n%len(kinds)]
-		if err := runFault(ctx, c, o, rng, kind, res, pub); err != nil {
-			return nil, fmt.Errorf("fault %s: %w", kind, err)
-		}
-		res.Faults[kind]++
-		logf("soak: %s done; %d messages sent, %d violations so far (%.0fs)", kind, c.Sent(), len(c.Violations()), time.Since(start).Seconds())
-		if err := sleepCtx(ctx, o.Settle); err != nil {
-			return nil, err
-		}
+	faults := FaultLoop{Name: "soak", Kinds: kinds, Messages: o.Messages, Settle: o.Settle, Logf: o.Cluster.Logf,
+		Inject:  func(ctx context.Context, kind string) error { return runFault(ctx, c, o, rng, kind, res, pub) },
+		Settled: func(_ context.Context, kind string) error { return checkPresence(c, o, res, kind) }}
+	if err := faults.Run(ctx, c, res.Faults); err != nil {
+		return nil, err
 	}
 	if o.IsolateAtEnd > 0 {
 		if err := isolate(ctx, c, o, res); err != nil {
@@ -182,6 +184,12 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 		}
 	}
 
+	if err := c.HealNet(); err != nil {
+		return nil, err
+	}
+	if err := checkPresence(c, o, res, "the end"); err != nil {
+		return nil, err
+	}
 	// Quiesce: heal, stop publishing, wait until every live subscriber has
 	// everything or was told, then the tail check.
 	if err := c.HealNet(); err != nil {
@@ -221,10 +229,9 @@ func RunSoak(ctx context.Context, o SoakOptions) (*Result, error) {
 	}
 	c.mu.Unlock()
 	res.LiveViolations = len(c.Violations())
-	c.Close() // the race detector reports on exit, too; the records are complete
-	res.DataRaces = c.DataRaces()
 	// The verdict: every record, checked offline.
-	files, err := c.Records()
+	var files []RecordFile
+	res.DataRaces, files, err = SoakEnd(c)
 	if err != nil {
 		return nil, err
 	}
@@ -260,17 +267,6 @@ func subscribe(c *Cluster, i int, o SoakOptions, late bool) error {
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // hold waits d while sampling the RSS of every node but the excluded ones.
 func hold(ctx context.Context, c *Cluster, d time.Duration, res *Result, cut ...int) error {
 	deadline := time.Now().Add(d)
@@ -284,7 +280,7 @@ func hold(ctx context.Context, c *Cluster, d time.Duration, res *Result, cut ...
 				}
 			}
 		}
-		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+		if err := Sleep(ctx, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -520,7 +516,7 @@ func isolate(ctx context.Context, c *Cluster, o SoakOptions, res *Result) error 
 	}
 	deadline := time.Now().Add(o.IsolateAtEnd)
 	for time.Now().Before(deadline) {
-		if err := sleepCtx(ctx, time.Second); err != nil {
+		if err := Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 		res.IsolationRSSKB = append(res.IsolationRSSKB, c.Nodes[0].Proc.Status().RSSKB)
@@ -576,6 +572,13 @@ func (r *Result) Summary() string {
 	if len(r.IsolationRSSKB) > 0 {
 		s += fmt.Sprintf("rss of n0 each second while the last node was cut off: %v KiB\n", r.IsolationRSSKB)
 	}
+	if r.PresenceChecks > 0 {
+		s += fmt.Sprintf("presence: %d checks of every node's list against the union of live tracks, %d failed\n",
+			r.PresenceChecks, len(r.PresenceViolations))
+		for _, v := range r.PresenceViolations {
+			s += "  presence " + v + "\n"
+		}
+	}
 	for i, v := range r.Violations {
 		if i == 20 {
 			s += fmt.Sprintf("... %d more violations\n", len(r.Violations)-20)
@@ -597,4 +600,69 @@ func ipAvailable() bool {
 		}
 	}
 	return false
+}
+
+// checkPresence (with SoakOptions.PresenceDownAfter) pauses every live
+// node's presence churn and waits until each node's List equals the union
+// of what the live nodes track themselves: no zombie of a killed or cut
+// node, no presence missing. A disagreement past PresenceWithin is a
+// violation; an error means the check could not run.
+func checkPresence(c *Cluster, o SoakOptions, res *Result, after string) error {
+	if o.PresenceDownAfter <= 0 {
+		return nil
+	}
+	live := c.Live()
+	for _, nd := range live {
+		if _, err := nd.Proc.Call(Command{Op: OpPresence, What: "pause"}, 15*time.Second); err != nil {
+			return fmt.Errorf("presence pause on %s: %w", nd.Name, err)
+		}
+	}
+	res.PresenceChecks++
+	err := poll(o.PresenceWithin, func() (bool, string) {
+		var union []string
+		lists := make([][]string, len(live))
+		for i, nd := range live {
+			ev, err := nd.Proc.Call(Command{Op: OpPresence, What: "list"}, 15*time.Second)
+			if err != nil {
+				return false, err.Error()
+			}
+			union = append(union, ev.OwnPresence...)
+			lists[i] = ev.Presence
+		}
+		sort.Strings(union)
+		for i, nd := range live {
+			if missing, extra := setDiff(union, lists[i]), setDiff(lists[i], union); len(missing)+len(extra) > 0 {
+				return false, fmt.Sprintf("%s lists %d presences, the live nodes track %d: missing %v, extra (zombies) %v",
+					nd.Name, len(lists[i]), len(union), clipStrings(missing), clipStrings(extra))
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		res.PresenceViolations = append(res.PresenceViolations, fmt.Sprintf("after %s: %v", after, err))
+	}
+	for _, nd := range live {
+		if _, err := nd.Proc.Call(Command{Op: OpPresence, What: "resume"}, 15*time.Second); err != nil {
+			return fmt.Errorf("presence resume on %s: %w", nd.Name, err)
+		}
+	}
+	return nil
+}
+
+// setDiff is what a holds and b does not (both sorted).
+func setDiff(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if i := sort.SearchStrings(b, s); i == len(b) || b[i] != s {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func clipStrings(s []string) []string {
+	if len(s) > 3 {
+		return append(s[:3:3], fmt.Sprintf("... %d more", len(s)-3))
+	}
+	return s
 }

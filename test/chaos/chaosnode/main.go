@@ -30,6 +30,7 @@ func main() {
 	flag.DurationVar(&cfg.batch, "batch-interval", -1, "Config.BatchInterval, 0 included (negative: library default)")
 	flag.DurationVar(&cfg.callTimeout, "call-timeout", 0, "Config.CallTimeout (0: library default)")
 	flag.DurationVar(&cfg.retry, "retry", 0, "Config.RetryInterval (0: library default)")
+	flag.DurationVar(&cfg.presenceDownAfter, "presence-down-after", 0, "run a presence tracker with this presence.Config.DownAfter, and its churn (0: none)")
 	flag.StringVar(&cfg.level, "log-level", "info", "zerolog level for stderr")
 	flag.StringVar(&cfg.record, "record", "", "append-only record of every publish and reception (the soak's verdict is checked from it)")
 	flag.Parse()

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +19,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/faults"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
 	"github.com/echopubsub/echopubsub/test/chaos"
@@ -30,6 +29,7 @@ type nodeFlags struct {
 	name, listen, advertise, peers, level, record string
 	incarnation, buffer, pool                     int
 	batch, callTimeout, retry                     time.Duration
+	presenceDownAfter                             time.Duration
 }
 
 type node struct {
@@ -41,18 +41,12 @@ type node struct {
 	check  *test.Checker // live, for progress and the drain; the verdict is the record's
 	rec    *chaos.Recorder
 
-	out   *json.Encoder
-	outMu sync.Mutex
+	out *proc.Child
 
-	pubs chaos.Publishers
-	mu   sync.Mutex // subs
-	subs int
-}
-
-func (n *node) emit(ev chaos.Event) {
-	n.outMu.Lock()
-	defer n.outMu.Unlock()
-	_ = n.out.Encode(ev) // a closed stdout means the harness is gone; nothing to do
+	pubs     chaos.Publishers
+	presence *churn     // nil without -presence-down-after
+	mu       sync.Mutex // subs
+	subs     int
 }
 
 func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) error {
@@ -110,52 +104,27 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 	if err != nil {
 		return err
 	}
-	n := &node{cfg: cfg, ps: ps, system: system, log: log, hook: hook, check: test.NewChecker(), rec: rec, out: json.NewEncoder(out)}
+	n := &node{cfg: cfg, ps: ps, system: system, log: log, hook: hook, check: test.NewChecker(), rec: rec, out: proc.NewChild(out)}
 	n.check.OnViolation = func(v test.Violation) {
 		log.Error().Str("violation", v.String()).Msg("chaos: guarantee violated")
-		n.emit(chaos.Event{Ev: "violation", Violation: &v})
+		n.out.Send(chaos.Event{Ev: "violation", Violation: &v})
 	}
-	n.emit(chaos.Event{Ev: "ready", Addr: system.Address()})
-
-	cmds := make(chan chaos.Command)
-	go func() { // ends when stdin closes (the harness went away)
-		defer close(cmds)
-		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			var c chaos.Command
-			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-				n.emit(chaos.Event{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", sc.Text(), err)})
-				continue
-			}
-			cmds <- c
-		}
-	}()
-	tick := time.NewTicker(chaos.StatusEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-sig:
-			return n.stop()
-		case <-tick.C:
-			n.emit(n.status(false))
-		case c, ok := <-cmds:
-			if !ok || c.Op == chaos.OpQuit {
-				err := n.stop()
-				if ok {
-					n.emit(chaos.Event{Ev: "reply", ID: c.ID})
-				}
-				return err
-			}
-			ev := n.handle(c)
-			ev.Ev, ev.ID = "reply", c.ID
-			n.emit(ev)
+	if cfg.presenceDownAfter > 0 {
+		if n.presence, err = startChurn(n, pcfg, peers, cfg.presenceDownAfter); err != nil {
+			return err
 		}
 	}
+	n.out.Send(chaos.Event{Ev: proc.EvReady, Addr: system.Address()})
+	return chaos.NodeLoop(n.out, in, sig, n.handle, func() chaos.Event { return n.status(false) }, n.stop)
 }
 
 func (n *node) stop() error {
 	n.pubs.Stop()
+	if n.presence != nil {
+		if err := n.presence.close(); err != nil {
+			n.log.Warn().Err(err).Msg("chaos: presence tracker stop")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.ps.Stop(ctx)
@@ -192,6 +161,11 @@ func (n *node) handle(c chaos.Command) chaos.Event {
 	case chaos.OpSkip:
 		n.pubs.Skip()
 		return chaos.Event{}
+	case chaos.OpPresence:
+		if n.presence == nil {
+			return chaos.Event{Err: "presence: this node runs no tracker (-presence-down-after)"}
+		}
+		return n.presence.handle(c.What)
 	case chaos.OpCrash:
 		if err := n.hook.Arm(c.What); err != nil {
 			return chaos.Event{Err: err.Error()}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test/chaos"
 )
 
@@ -160,23 +159,10 @@ func (r *route) pump(src, dst net.Conn) {
 }
 
 func runProxy(in io.Reader, out io.Writer, sig <-chan os.Signal) error {
-	enc := json.NewEncoder(out)
 	var routes = map[string]*route{}
-	reply := func(ev chaos.Event) { _ = enc.Encode(ev) }
-	reply(chaos.Event{Ev: "ready"})
-	cmds := make(chan chaos.Command)
-	go func() {
-		defer close(cmds)
-		sc := bufio.NewScanner(in)
-		for sc.Scan() {
-			var c chaos.Command
-			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-				reply(chaos.Event{Ev: "reply", Err: fmt.Sprintf("bad command: %v", err)})
-				continue
-			}
-			cmds <- c
-		}
-	}()
+	child := proc.NewChild(out)
+	child.Send(chaos.Event{Ev: proc.EvReady})
+	cmds := proc.Commands[chaos.Command](child, in)
 	for {
 		select {
 		case <-sig:
@@ -185,7 +171,7 @@ func runProxy(in io.Reader, out io.Writer, sig <-chan os.Signal) error {
 			if !ok || c.Op == chaos.OpQuit {
 				return nil
 			}
-			ev := chaos.Event{Ev: "reply", ID: c.ID}
+			ev := chaos.Event{Ev: proc.EvReply, ID: c.ID}
 			switch c.Op {
 			case chaos.OpRoute:
 				ln, err := net.Listen("tcp", c.Listen)
@@ -220,7 +206,7 @@ func runProxy(in io.Reader, out io.Writer, sig <-chan os.Signal) error {
 			default:
 				ev.Err = fmt.Sprintf("unknown op %q", c.Op)
 			}
-			reply(ev)
+			child.Send(ev)
 		}
 	}
 }

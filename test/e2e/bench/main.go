@@ -26,7 +26,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -35,6 +34,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/echopubsub/echopubsub/internal/proc"
 )
 
 func main() {
@@ -57,16 +58,12 @@ func childMain() int {
 	}
 	var err error
 	if os.Getenv(roleEnv) == "nats" {
-		err = natsServerMain(cfg, func() {
-			sc := bufio.NewScanner(os.Stdin)
-			for sc.Scan() {
-				var c cmd
-				if json.Unmarshal(sc.Bytes(), &c) == nil {
-					b, _ := json.Marshal(event{Ev: "reply", ID: c.ID, OK: true})
-					fmt.Println(string(b))
-					if c.Op == "quit" {
-						return
-					}
+		out := proc.NewChild(os.Stdout)
+		err = natsServerMain(cfg, out, func() {
+			for c := range proc.Commands[cmd](out, os.Stdin) {
+				out.Send(event{Ev: proc.EvReply, ID: c.ID, OK: true})
+				if c.Op == "quit" {
+					return
 				}
 			}
 		})

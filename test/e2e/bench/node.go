@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
@@ -33,8 +32,7 @@ type nodeProc struct {
 	coll *Collector
 	sys  system
 
-	outMu sync.Mutex
-	out   *json.Encoder
+	out *proc.Child
 
 	pubMu   sync.Mutex
 	publish *pubRun
@@ -48,16 +46,10 @@ type pubRun struct {
 	errs       atomic.Int64
 }
 
-func (n *nodeProc) emit(ev event) {
-	n.outMu.Lock()
-	defer n.outMu.Unlock()
-	_ = n.out.Encode(ev) // the harness is gone if stdout is closed
-}
-
 // nodeMain is a node process: it sets the system up, says "ready", and
 // serves commands until "quit" or end of stdin.
 func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
-	n := &nodeProc{cfg: cfg, coll: newCollector(), out: json.NewEncoder(out)}
+	n := &nodeProc{cfg: cfg, coll: newCollector(), out: proc.NewChild(out)}
 	if cfg.MemSample {
 		n.mem = startMemSampler(20 * time.Millisecond)
 	}
@@ -82,18 +74,11 @@ func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer n.sys.close()
-	n.emit(event{Ev: "ready"})
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var c cmd
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			n.emit(event{Ev: "reply", Err: "bad command: " + err.Error()})
-			continue
-		}
+	n.out.Send(event{Ev: proc.EvReady})
+	for c := range proc.Commands[cmd](n.out, in) {
 		if c.Op == "quit" {
 			n.stopProfile()
-			n.emit(event{Ev: "reply", ID: c.ID, OK: true})
+			n.out.Send(event{Ev: proc.EvReply, ID: c.ID, OK: true})
 			return nil
 		}
 		n.handle(c)
@@ -103,7 +88,7 @@ func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
 }
 
 func (n *nodeProc) handle(c cmd) {
-	reply := event{Ev: "reply", ID: c.ID, OK: true}
+	reply := event{Ev: proc.EvReply, ID: c.ID, OK: true}
 	switch c.Op {
 	case "ready":
 		reply.OK, reply.Why = n.sys.ready()
@@ -150,7 +135,7 @@ func (n *nodeProc) handle(c cmd) {
 			reply.OK, reply.Err = false, "unknown op "+c.Op
 		}
 	}
-	n.emit(reply)
+	n.out.Send(reply)
 }
 
 func (n *nodeProc) stopProfile() {

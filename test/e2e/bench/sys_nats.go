@@ -12,13 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
 // natsServerMain is the NATS server process: nats-server embedded, alone in
 // its own OS process, with JetStream and a memory stream for the bench
 // subject. It says "ready" and runs until stdin closes.
-func natsServerMain(cfg nodeConfig, wait func()) error {
+func natsServerMain(cfg nodeConfig, out *proc.Child, wait func()) error {
 	opts := &server.Options{Host: "127.0.0.1", Port: cfg.NatsPort, JetStream: true, StoreDir: cfg.StoreDir,
 		NoSigs: true, NoLog: true, MaxPayload: 8 << 20, MaxPending: 256 << 20}
 	s, err := server.NewServer(opts)
@@ -44,7 +45,7 @@ func natsServerMain(cfg nodeConfig, wait func()) error {
 		return fmt.Errorf("create stream: %w", err)
 	}
 	nc.Close()
-	fmt.Println(`{"ev":"ready"}`)
+	out.Send(event{Ev: proc.EvReady})
 	wait()
 	s.Shutdown()
 	return nil

@@ -198,18 +198,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Truth: map[string]int{}, Trimmed: map[string]int{}, Unknown: map[string]int{}}
 	s := &soak{o: o, committed: map[string]uint64{},
 		pub: chaos.Command{Op: chaos.OpPublish, Publishers: o.Publishers, Rate: o.Rate, Pad: o.Pad}}
-	kinds := []string{}
-	all := KindsFor(o.Store)
-	if len(o.Kinds) > 0 {
-		all = o.Kinds
+	want := o.Kinds
+	if len(want) == 0 {
+		want = KindsFor(o.Store)
 	}
-	for _, k := range all {
-		if chaos.NeedsNetns(k) && !o.Netns {
-			res.Skipped = append(res.Skipped, k)
-			continue
-		}
-		kinds = append(kinds, k)
-	}
+	kinds, skipped := chaos.SplitKinds(want, o.Netns)
+	res.Skipped = skipped
 	copt := chaos.ClusterOptions{Binary: o.Node, ProxyBinary: o.Proxy, Dir: o.Dir, Nodes: o.Nodes, Netns: o.Netns,
 		Buffer: 2000, Pool: 2, BatchInterval: 20 * time.Millisecond, CallTimeout: time.Second, Retry: 100 * time.Millisecond,
 		LogLevel: "warn", Logf: o.Logf,
@@ -254,29 +248,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		so.Killed = s.failover
 	}
 	fres := &chaos.Result{Confirmed: res.Confirmed}
-	for n := 0; ; n++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if c.Sent() >= o.Messages && n >= len(kinds) {
-			break
-		}
-		if err := sleep(ctx, o.Settle); err != nil {
-			return nil, err
-		}
-		kind := kinds[n%len(kinds)]
-		if err := s.inject(ctx, so, rng, kind, fres); err != nil {
-			return nil, fmt.Errorf("fault %s: %w", kind, err)
-		}
-		res.Faults[kind]++
-		s.logf("session soak: %s done; %d messages sent (%.0fs)", kind, c.Sent(), time.Since(start).Seconds())
+	faults := chaos.FaultLoop{Name: "session soak", Kinds: kinds, Messages: o.Messages, Settle: o.Settle, Logf: o.Logf,
+		Inject: func(ctx context.Context, kind string) error { return s.inject(ctx, so, rng, kind, fres) }}
+	if err := chaos.Sleep(ctx, o.Settle); err != nil {
+		return nil, err
+	}
+	if err := faults.Run(ctx, c, res.Faults); err != nil {
+		return nil, err
 	}
 	if err := s.drain(ctx); err != nil {
 		s.logf("session soak: drain incomplete (the tail check will report it): %v", err)
 	}
-	c.Close() // the race detector reports on exit, too; the records are complete
-	res.DataRaces = c.DataRaces()
-	files, err := c.Records()
+	var files []chaos.RecordFile
+	res.DataRaces, files, err = chaos.SoakEnd(c)
 	if err != nil {
 		return nil, err
 	}
@@ -313,17 +297,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Messages = res.Check.Messages
 	res.Duration = time.Since(start)
 	return res, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // open opens a session on node i for each of owners (default: node i's),
@@ -439,7 +412,7 @@ func (s *soak) drain(ctx context.Context) error {
 		if ok {
 			return nil
 		}
-		if err := sleep(ctx, 250*time.Millisecond); err != nil { // polling the nodes, bounded by the deadline
+		if err := chaos.Sleep(ctx, 250*time.Millisecond); err != nil { // polling the nodes, bounded by the deadline
 			return err
 		}
 	}
@@ -567,7 +540,7 @@ func (s *soak) ownerHardQueue(ctx context.Context, rng *rand.Rand, fres *chaos.R
 		fres.Confirmed[FaultOwnerHardQueue]++
 		// The owner comes back a little later (a client reconnecting): with
 		// retention on, rows it was owed are gone by then.
-		if err := sleep(ctx, s.o.Hold/2); err != nil {
+		if err := chaos.Sleep(ctx, s.o.Hold/2); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -625,7 +598,7 @@ func (s *soak) pgFault(ctx context.Context, kind string, fres *chaos.Result) err
 		})
 		if err == nil {
 			fres.Confirmed[kind]++
-			err = sleep(ctx, s.o.Hold)
+			err = chaos.Sleep(ctx, s.o.Hold)
 		}
 		return errors.Join(err, pg.Resume())
 	}
@@ -642,6 +615,6 @@ func (s *soak) pgFault(ctx context.Context, kind string, fres *chaos.Result) err
 		return fmt.Errorf("fault %s not confirmed: the server still answered after its immediate shutdown", kind)
 	}
 	fres.Confirmed[kind]++
-	err = sleep(ctx, s.o.Hold/2)
+	err = chaos.Sleep(ctx, s.o.Hold/2)
 	return errors.Join(err, pg.Restart())
 }

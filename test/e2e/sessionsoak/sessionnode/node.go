@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +21,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/faults"
+	"github.com/echopubsub/echopubsub/internal/proc"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/store/bolt"
 	"github.com/echopubsub/echopubsub/store/postgres"
@@ -51,19 +50,12 @@ type node struct {
 	done   chan struct{}       // closed by stop: ends the rows log's copier
 	copied chan struct{}       // closed when the copier ended
 
-	out   *json.Encoder
-	outMu sync.Mutex
+	out *proc.Child
 
 	pubs   chaos.Publishers
 	mu     sync.Mutex // owners
 	owners []*owner
 	end    uint64 // the store's last cursor at the last sessions command (the command loop's; no retention: it only grows)
-}
-
-func (n *node) emit(ev chaos.Event) {
-	n.outMu.Lock()
-	defer n.outMu.Unlock()
-	_ = n.out.Encode(ev) // a closed stdout means the harness is gone; nothing to do
 }
 
 func openStore(cfg nodeFlags) (echopubsub.Store, error) {
@@ -165,45 +157,10 @@ func runNode(cfg nodeFlags, in io.Reader, out io.Writer, sig <-chan os.Signal) e
 		return err
 	}
 	n := &node{cfg: cfg, ps: ps, store: store, system: system, log: log, rec: rec, hook: hook, rows: rows,
-		done: make(chan struct{}), copied: make(chan struct{}), out: json.NewEncoder(out)}
+		done: make(chan struct{}), copied: make(chan struct{}), out: proc.NewChild(out)}
 	go n.copyRows() // ends when stop closes n.done
-	n.emit(chaos.Event{Ev: "ready", Addr: system.Address()})
-
-	cmds := make(chan chaos.Command)
-	go func() { // ends when stdin closes (the harness went away)
-		defer close(cmds)
-		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			var c chaos.Command
-			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-				n.emit(chaos.Event{Ev: "reply", Err: fmt.Sprintf("bad command %q: %v", sc.Text(), err)})
-				continue
-			}
-			cmds <- c
-		}
-	}()
-	tick := time.NewTicker(chaos.StatusEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-sig:
-			return n.stop()
-		case <-tick.C:
-			n.emit(n.status("status"))
-		case c, ok := <-cmds:
-			if !ok || c.Op == chaos.OpQuit {
-				err := n.stop()
-				if ok {
-					n.emit(chaos.Event{Ev: "reply", ID: c.ID})
-				}
-				return err
-			}
-			ev := n.handle(c)
-			ev.Ev, ev.ID = "reply", c.ID
-			n.emit(ev)
-		}
-	}
+	n.out.Send(chaos.Event{Ev: proc.EvReady, Addr: system.Address()})
+	return chaos.NodeLoop(n.out, in, sig, n.handle, func() chaos.Event { return n.status("status") }, n.stop)
 }
 
 // copyRows copies the store's new rows to the rows log every
