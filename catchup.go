@@ -57,6 +57,10 @@ type follow struct {
 	// 0): the follow reads again when the engine says acks made room
 	// (sessionRoom), not after a timer.
 	roomWait bool
+	// liveSeen: a live envelope of the stream with a store cursor reached
+	// the session actor (admit): the node's store held the stream before
+	// anything that comes after it in the actor's mailbox (storeTells).
+	liveSeen bool
 }
 
 // CaughtUp tells a session that its WithFrom subscription to Stream is
@@ -178,6 +182,7 @@ func (a *sessionActor) current(f *follow) bool {
 // actor builds it): catchup.Deliver or catchup.Aside, it is to be built
 // and passed to followed; anything else drops it.
 func (a *sessionActor) admit(f *follow, c uint64) catchup.Verdict {
+	f.liveSeen = true
 	v := f.m.Live(c)
 	if v == catchup.Read { // too many aside: the reading reaches them all
 		f.stopHole()
@@ -242,6 +247,78 @@ func (f *follow) stopHole() {
 	}
 }
 
+// storeTells reports whether a CursorExpired of this node is the store's
+// to tell this session, which then does not get it: every subscription of
+// the session follows its stream (WithFrom), and the store holds what the
+// node missed of each, as rows or as gap rows. A shared store holds every
+// row (the publishing node appended it before it was sent); a node-local
+// store that records positions (store.LocalStore) wrote a gap row into
+// every stream it holds before the worker told the notice, unless its
+// writes are failing (the gap row comes later: the session is told now);
+// a followed stream was held then if a live envelope of it reached this
+// actor before the notice (the worker stores a batch before it delivers
+// it, and marks the gap before it tells): otherwise the store may never
+// have held it, so it has no gap row, and the session is told (rows read
+// from the store prove nothing: they may have been appended after the
+// gap row). A follow whose catchUpStart is still on its way is made here,
+// as a live envelope would. The rows then reach the session in cursor
+// order through its follows (readFollows), with StreamGap and
+// StreamTruncated where the store has no row. Not stored, so not told to
+// such a session: a DirectBroadcast on a followed stream and a request on
+// the session's inbox lost in the same range (a request's sender is told
+// by its deadline).
+func (a *sessionActor) storeTells() bool {
+	d := a.ps.dur
+	if d == nil || d.Store == nil {
+		return false
+	}
+	shared := d.Store.Shared()
+	if !shared && (d.Local() == nil || d.Failing()) {
+		return false
+	}
+	subs := *a.rec.subs.Load()
+	for _, spec := range subs {
+		if !spec.catchUp {
+			return false
+		}
+	}
+	for topic, spec := range subs {
+		if f := a.following(topic, spec); !shared && !f.liveSeen {
+			return false
+		}
+	}
+	return len(subs) > 0
+}
+
+// catchUpRead makes a session actor's follows read their streams
+// (readAllFollows).
+type catchUpRead struct{}
+
+// readAllFollows makes every session's WithFrom subscriptions read their
+// streams from where they are (durability.gapWritten).
+func (ps *PubSub) readAllFollows() {
+	ps.sess.engine.Each(func(s *session.Session) {
+		if rec, ok := s.Attached.(*sessionRec); ok {
+			if pid := rec.actor.Load(); pid != nil {
+				ps.rt.System.Root.Send(pid, &catchUpRead{})
+			}
+		}
+	})
+}
+
+// readFollows makes every live follow read from the store, so that what
+// the node missed (rows of a shared store, a node-local store's gap row)
+// reaches the session now, not when the next live row shows the hole.
+func (a *sessionActor) readFollows() {
+	for _, f := range a.follows {
+		if !f.m.Reading() {
+			f.stopHole()
+			f.m.Read() // what is aside is dropped: the reading reaches it
+		}
+	}
+	a.pump()
+}
+
 // pump queues one catchUpStep when a follow is reading and nothing is
 // held (a held row waits for room: the next page is read after it).
 func (a *sessionActor) pump() {
@@ -304,8 +381,7 @@ func (a *sessionActor) step() {
 			if plant.DropGapNotice() {
 				continue
 			}
-			a.hand(&caught{f: f, row: true, cursor: r.Cursor, notice: &StreamGap{SessionID: a.s.ID(), Stream: f.topic, Cursor: r.Cursor,
-				Node: r.Origin, Missed: r.Missed, Reason: r.Reason}})
+			a.hand(&caught{f: f, row: true, cursor: r.Cursor, notice: gapNotice(a.s.ID(), f.topic, r)})
 		} else {
 			if plant.SkipCatchUpRow() {
 				continue

@@ -59,7 +59,9 @@
 // acknowledges a batch. A node that was cut off gets the messages it missed,
 // in order, when it comes back; a node that stayed away longer than the
 // buffer covers is sent *messages.CursorExpired{Node} instead, so the
-// application reloads from a source of truth. Delivery is at-least-once: a
+// application reloads from a source of truth; it names what was lost, the
+// producer cursors [From, To) of ProducerIncarnation (0: not known; see
+// docs/reliability.md, "Exact gap ranges"). Delivery is at-least-once: a
 // lost acknowledgement means a redelivery (see Dedupe).
 //
 // # Joined

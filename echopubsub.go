@@ -205,6 +205,10 @@ func Start(system *actor.ActorSystem, cfg Config, opts ...Option) (*PubSub, erro
 		return nil, err
 	}
 	ps.dur = dur
+	// Gap rows no notice announces reach the sessions' WithFrom
+	// subscriptions at once (one written before this, during Start, is
+	// read by every session's catch-up: none is open yet).
+	dur.OnGap(ps.readAllFollows)
 	if cs, ok := dur.Store.(store.ConsumerStore); ok {
 		ps.consRun = true
 		go ps.cons.run(cs) // ended by Stop (cons.close)

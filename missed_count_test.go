@@ -18,7 +18,10 @@ import (
 // it says 30: the plain subscriber's CursorExpired, the session's, the gap
 // row of its store, and node 0's Expired event (which also says 10 of them
 // were overwritten). The count is checked against what the subscribers
-// received, not only against the figure.
+// received, not only against the figure; and so is the range every notice
+// names (CursorExpired's and the gap row's From and To): exactly the
+// producer cursors between the last one the subscriber got before the cut
+// and the first one after.
 func TestMissedCountsEverythingTheNodeWillNeverGet(t *testing.T) {
 	const buffer, cut = 20, 30
 	cfg := replayConfig()
@@ -41,7 +44,7 @@ func TestMissedCountsEverythingTheNodeWillNeverGet(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { nodes[0].System.EventStream.Unsubscribe(sub) })
-	c := nodes[1].Subscribe(t, "room:1")
+	c := nodes[1].Subscribe(t, "room:1", echopubsub.WithMetadata())
 	o := spawnOwner(t, nodes[1], nil)
 	openSession(t, nodes[1], o, []string{"room:1"})
 	// About a joined node's cursor falling behind: Missed is exact then.
@@ -77,24 +80,44 @@ func TestMissedCountsEverythingTheNodeWillNeverGet(t *testing.T) {
 	if ce.Missed != lost || ce.Node != nodes[0].Addr {
 		t.Fatalf("subscriber told %v, but lost %d", ce, lost)
 	}
+	// The range, from the cursors delivered around the cut.
+	var got []*messages.Delivery
+	for _, m := range c.All() {
+		if d, ok := m.(*messages.Delivery); ok {
+			got = append(got, d)
+		}
+	}
+	before, after := got[2], got[3] // a#3, a#(4+cut)
+	want := fmt.Sprintf("incarnation %d [%d, %d)", before.Incarnation, before.Cursor+1, after.Cursor)
+	if r := rangeOf(ce.ProducerIncarnation, ce.From, ce.To); r != want || !ce.RangeKnown() || after.Incarnation != before.Incarnation {
+		t.Fatalf("subscriber told %s, but it did not get %s (a#3 at %d, a#%d at %d)", r, want, before.Cursor, 4+cut, after.Cursor)
+	}
 	var told []uint64
 	for _, m := range o.all() {
 		if m, ok := m.(*messages.CursorExpired); ok {
 			told = append(told, m.Missed)
+			if r := rangeOf(m.ProducerIncarnation, m.From, m.To); r != want {
+				t.Fatalf("session told %s, want %s", r, want)
+			}
 		}
 	}
 	if len(told) != 1 || told[0] != lost || !equal(o.seqs(), []uint64{1, 2, 3, 4 + cut}) {
 		t.Fatalf("session told missed %v, got %v: want one notice of %d", told, o.seqs(), lost)
 	}
-	got, st := replayAll(t, nodes[1], nodes[0].Addr)
-	if want := fmt.Sprintf("a#1 a#2 a#3 gap(%d) a#%d", lost, 4+cut); fmt.Sprint(got) != "["+want+"]" || st.Missed != lost {
-		t.Fatalf("node 1's store replayed %v (%+v), want %s", got, st, want)
+	rows, st := replayAll(t, nodes[1], nodes[0].Addr)
+	if want := fmt.Sprintf("a#1 a#2 a#3 gap(%d)%s a#%d", lost, want, 4+cut); fmt.Sprint(rows) != "["+want+"]" || st.Missed != lost {
+		t.Fatalf("node 1's store replayed %v (%+v), want %s", rows, st, want)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(events) != 1 || events[0].Missed != lost || events[0].Overwritten != cut-buffer || events[0].Node != nodes[1].Addr {
 		t.Fatalf("node 0's Expired events %s, want one: missed %d, %d overwritten", describeExpired(events), lost, cut-buffer)
 	}
+}
+
+// rangeOf renders a notice's range.
+func rangeOf(inc, from, to uint64) string {
+	return fmt.Sprintf("incarnation %d [%d, %d)", inc, from, to)
 }
 
 func describeExpired(evs []*messages.Expired) string {

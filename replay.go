@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/echopubsub/echopubsub/internal/session"
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/store"
@@ -66,6 +68,25 @@ type StreamGap struct {
 	Node      string
 	Missed    uint64
 	Reason    string
+	// ProducerIncarnation, From and To: the messages the gap row stands
+	// for, the cursors [From, To) of that incarnation of Node's producer
+	// (the Delivery metadata's Incarnation and Cursor), as the
+	// *messages.CursorExpired the node's subscribers were told (see
+	// there). All 0 when not known: a gap row written by an earlier
+	// build, one for rows this node's failing store could not take, or
+	// one whose notice had no known range (RangeKnown false).
+	ProducerIncarnation, From, To uint64
+}
+
+// gapNotice is the *StreamGap for gap row r of stream, for session id,
+// with the row's range when it carries one (a messages.GapRange payload).
+func gapNotice(id, stream string, r *Record) *StreamGap {
+	g := &StreamGap{SessionID: id, Stream: stream, Cursor: r.Cursor, Node: r.Origin, Missed: r.Missed, Reason: r.Reason}
+	var gr messages.GapRange
+	if r.PayloadType == messages.GapRangeType && proto.Unmarshal(r.Payload, &gr) == nil && gr.To != 0 && gr.ProducerIncarnation != 0 {
+		g.ProducerIncarnation, g.From, g.To = gr.ProducerIncarnation, gr.From, gr.To
+	}
+	return g
 }
 
 // ReplaySession reads one page of stream (at most opts.Limit rows from
@@ -139,8 +160,7 @@ func (ps *PubSub) ReplaySession(ctx context.Context, id, stream string, opts Rep
 	for i := range rows {
 		r := &rows[i]
 		if r.Kind == RecordGap {
-			if !ps.sess.engine.Notify(s, &StreamGap{SessionID: id, Stream: stream, Cursor: r.Cursor, Node: r.Origin,
-				Missed: r.Missed, Reason: r.Reason}) {
+			if !ps.sess.engine.Notify(s, gapNotice(id, stream, r)) {
 				return st, session.UnknownSession(id)
 			}
 			st.Gaps++

@@ -51,7 +51,14 @@ func replayAll(t *testing.T, nd *test.Node, pub string) ([]string, echopubsub.Re
 			if m.Node != pub {
 				t.Fatalf("gap names producer %s, want %s", m.Node, pub)
 			}
-			out = append(out, fmt.Sprintf("gap(%d)", m.Missed))
+			g := fmt.Sprintf("gap(%d)", m.Missed)
+			if m.To != 0 { // a known range: shown, and it must count Missed
+				if m.Missed != 0 && m.To-m.From != m.Missed {
+					t.Fatalf("gap row's range [%d, %d) is not its %d missed", m.From, m.To, m.Missed)
+				}
+				g += rangeOf(m.ProducerIncarnation, m.From, m.To)
+			}
+			out = append(out, g)
 		}
 	}
 	return out, st
@@ -60,11 +67,13 @@ func replayAll(t *testing.T, nd *test.Node, pub string) ([]string, echopubsub.Re
 // TestReplayMarksWhatANodeMissedWhileAway: node 1 stops (gracefully) while
 // node 0 publishes five durable messages, then starts again on its store.
 // Its store has a hole: replay on node 1 shows one gap row of exactly five
-// messages, where they were, and everything else.
+// messages, where they were, and everything else. The gap row's range is
+// exactly the producer cursors of the messages node 1 did not get (as node
+// 0's own subscriber saw them delivered).
 func TestReplayMarksWhatANodeMissedWhileAway(t *testing.T) {
 	nodes, start, _ := gapCluster(t)
 	c := nodes[1].Subscribe(t, "room:1")
-	local := nodes[0].Subscribe(t, "room:1")
+	local := nodes[0].Subscribe(t, "room:1", echopubsub.WithMetadata())
 	publishStamps(t, nodes[0], "room:1", "a", 1, 3)
 	wantStamps(t, c, 1, 2, 3)
 	nodes[1].StopPubSub(t)
@@ -85,7 +94,13 @@ func TestReplayMarksWhatANodeMissedWhileAway(t *testing.T) {
 	// a#1..3, one gap of exactly what is missing, then the rest to a#10.
 	want := "a#1 a#2 a#3"
 	if st.Missed >= 1 && st.Missed <= 5 {
-		want += fmt.Sprintf(" gap(%d)", st.Missed)
+		var a4 *messages.Delivery // the first message node 1 did not get, where node 0 wrote it
+		for _, m := range local.All() {
+			if d, ok := m.(*messages.Delivery); ok && d.Message.(*testpb.Stamp).Seq == 4 {
+				a4 = d
+			}
+		}
+		want += fmt.Sprintf(" gap(%d)%s", st.Missed, rangeOf(a4.Incarnation, a4.Cursor, a4.Cursor+st.Missed))
 		for s := 4 + st.Missed; s <= 10; s++ {
 			want += fmt.Sprintf(" a#%d", s)
 		}

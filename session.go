@@ -218,7 +218,12 @@ func WithClass(c Class) SessionSubscribeOption { return func(s *subSpec) { s.cla
 // store) is not delivered: its gap row tells the session, in order, once
 // the store takes writes again (docs/operations.md, "A failing store").
 // A DirectBroadcast to the topic, which is not stored,
-// is delivered as it comes (Cursor 0). Subscribing again with WithFrom
+// is delivered as it comes (Cursor 0). A session whose every subscription
+// is WithFrom is not sent the node's *messages.CursorExpired when its
+// store holds what the node missed: it reads the store at once and gets
+// the rows, or the gap row's *StreamGap (with the same range); it is sent
+// the notice when the store cannot tell it (docs/operations.md, "A
+// WithFrom session is told by its store"). Subscribing again with WithFrom
 // starts the catch-up again from the new cursor; without it, only the
 // other options change and the subscription goes on from where it is.
 //
@@ -312,7 +317,9 @@ func (ps *PubSub) stopSessions() error {
 // actor with any mailbox. The owner receives *Envelope for each delivery,
 // *messages.SessionPressure, *messages.SessionClosed, *SessionStalled and
 // *SessionResumed notices, and the
-// pubsub's *messages.CursorExpired and *messages.BackPressure notices. The
+// pubsub's *messages.CursorExpired and *messages.BackPressure notices
+// (a CursorExpired only when the session does not follow all its topics
+// WithFrom from a store that holds what was missed: see WithFrom). The
 // session closes when the owner stops.
 func (ps *PubSub) OpenSession(owner *actor.PID, opts ...SessionOption) (*Session, error) {
 	switch {

@@ -30,7 +30,8 @@ func (m *sessionManager) Receive(ctx actor.Context) {
 // CursorExpired and BackPressure notice of this node; it turns deliveries
 // into envelopes through the engine (reservation first, then the owner's
 // mailbox) and forwards the notices, so a session is told whatever a plain
-// subscriber is told.
+// subscriber is told; except a CursorExpired that the store tells a session
+// whose every subscription follows it (storeTells).
 type sessionActor struct {
 	ps  *PubSub
 	s   *session.Session
@@ -108,6 +109,10 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 	case *messages.Delivery:
 		a.deliver(m)
 	case *messages.CursorExpired:
+		if a.storeTells() {
+			a.readFollows() // the store's rows and gap rows tell it, in order
+			return
+		}
 		a.hand(m)
 	case *messages.BackPressure:
 		a.hand(m)
@@ -120,6 +125,8 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		}
 	case *catchUpStep:
 		a.step()
+	case *catchUpRead:
+		a.readFollows()
 	case *catchUpHole:
 		a.holeStayed(m)
 	case *catchUpRetry:

@@ -386,6 +386,12 @@ type streamGapJSON struct {
 	Node      string `json:"node"`
 	Missed    uint64 `json:"missed"`
 	Reason    string `json:"reason"`
+	// The range the gap row stands for, as in cursor_expired (proto3 JSON
+	// there: the incarnation a string, since it exceeds what a JavaScript
+	// number holds exactly); 0 (to, producer_incarnation "0"): unknown.
+	ProducerIncarnation uint64 `json:"producer_incarnation,string"`
+	From                uint64 `json:"from"`
+	To                  uint64 `json:"to"`
 }
 
 // streamTruncatedJSON is a *StreamTruncated on the wire (notice kind

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/echopubsub/echopubsub"
+	"github.com/echopubsub/echopubsub/messages"
 )
 
 // subscribe's from: absent is live only (no catch-up), 0 and 1 the stream's
@@ -90,6 +91,19 @@ func TestSessionNoticesJSON(t *testing.T) {
 			`{"type":"notice","kind":"session_stalled","notice":{"session_id":"s.1","pending":3,"quiet_ms":1500,"node":"n1"}}`},
 		{&echopubsub.SessionResumed{SessionID: "s.1", Pending: 0, Quiet: 2 * time.Second, Node: "n1"},
 			`{"type":"notice","kind":"session_resumed","notice":{"session_id":"s.1","pending":0,"quiet_ms":2000,"node":"n1"}}`},
+		// The gap range (docs/gateway.md): the producer incarnation as a
+		// string (beyond a JavaScript number's exact range), the cursors
+		// [from, to); all 0 when not known.
+		{&echopubsub.StreamGap{SessionID: "s.1", Stream: "room", Cursor: 9, Node: "n0", Missed: 30, Reason: "fell behind the buffer",
+			ProducerIncarnation: 1796566518488985545, From: 3, To: 33},
+			`{"type":"notice","kind":"stream_gap","notice":{"session_id":"s.1","stream":"room","cursor":9,"node":"n0","missed":30,` +
+				`"reason":"fell behind the buffer","producer_incarnation":"1796566518488985545","from":3,"to":33}}`},
+		{&echopubsub.StreamGap{SessionID: "s.1", Stream: "room", Cursor: 9, Node: "n0", Missed: 2, Reason: "r"},
+			`{"type":"notice","kind":"stream_gap","notice":{"session_id":"s.1","stream":"room","cursor":9,"node":"n0","missed":2,` +
+				`"reason":"r","producer_incarnation":"0","from":0,"to":0}}`},
+		{&messages.CursorExpired{Node: "n0", Group: 1, Missed: 30, Reason: "fell behind the buffer", ProducerIncarnation: 1796566518488985545, From: 3, To: 33},
+			`{"type":"notice","kind":"cursor_expired","notice":{"node":"n0","group":1,"missed":"30","reason":"fell behind the buffer",` +
+				`"producer_incarnation":"1796566518488985545","from":"3","to":"33"}}`},
 	} {
 		if b := string((&socket{}).encodeNotice(c.n)); b != c.want {
 			t.Errorf("%T as %s, want %s", c.n, b, c.want)

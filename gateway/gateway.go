@@ -549,7 +549,8 @@ func (s *socket) encodeEnvelope(env *echopubsub.Envelope) []byte {
 func (s *socket) encodeNotice(n interface{}) []byte {
 	if g, ok := n.(*echopubsub.StreamGap); ok {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_gap", Notice: mustJSON(streamGapJSON{SessionID: g.SessionID,
-			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason})})
+			Stream: g.Stream, Cursor: g.Cursor, Node: g.Node, Missed: g.Missed, Reason: g.Reason,
+			ProducerIncarnation: g.ProducerIncarnation, From: g.From, To: g.To})})
 	}
 	if tr, ok := n.(*echopubsub.StreamTruncated); ok {
 		return mustJSON(noticeFrame{Type: "notice", Kind: "stream_truncated", Notice: mustJSON(streamTruncatedJSON{

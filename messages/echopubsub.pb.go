@@ -1233,10 +1233,28 @@ type CursorExpired struct {
 	// (0 = unknown, e.g. a restart): for a node that fell behind the buffer,
 	// every one from its cursor on, the overwritten ones and the still
 	// buffered ones it skips.
-	Missed        uint64 `protobuf:"varint,3,opt,name=missed,proto3" json:"missed,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Missed uint64 `protobuf:"varint,3,opt,name=missed,proto3" json:"missed,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The range this node will not get: producer incarnation
+	// `producer_incarnation`'s cursors [from, to) (to exclusive; the
+	// Delivery metadata's Incarnation and Cursor). `from` is the cursor after
+	// the last one this node got of that incarnation (0: it got none of it),
+	// `to` the first it gets next: the producer's write cursor when it
+	// decided (ringbuf's Decision.To). Some of the range may be messages the
+	// node was never owed (written before it started), never one it got.
+	// Unknown parts are 0: to 0 means the end is not known (every cursor of
+	// the incarnation from `from` on may be missing: a producer that
+	// restarted without saying where it ended), and producer_incarnation 0
+	// means the incarnation is not known either (a notice about an earlier
+	// incarnation this node never held, one about two incarnations at once,
+	// or one built by a node of an earlier build, which sets none of the three
+	// fields: it reads as an unknown range). Added without a version bump:
+	// older nodes ignore the fields.
+	ProducerIncarnation uint64 `protobuf:"varint,5,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
+	From                uint64 `protobuf:"varint,6,opt,name=from,proto3" json:"from,omitempty"`
+	To                  uint64 `protobuf:"varint,7,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CursorExpired) Reset() {
@@ -1295,6 +1313,27 @@ func (x *CursorExpired) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *CursorExpired) GetProducerIncarnation() uint64 {
+	if x != nil {
+		return x.ProducerIncarnation
+	}
+	return 0
+}
+
+func (x *CursorExpired) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *CursorExpired) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
 }
 
 // Broadcast can be sent by any actor to the pubsub's PID (ps.PID()). It is
@@ -2053,6 +2092,74 @@ func (x *Missed) GetNode() string {
 	return ""
 }
 
+// GapRange is the payload of a node-local store's gap row
+// (echopubsub.Record of Kind RecordGap, PayloadType
+// "echopubsub.v1.GapRange") when the row knows which messages it stands
+// for: the cursors [from, to) of producer incarnation
+// producer_incarnation, as the CursorExpired the node's subscribers were
+// told (see there, for 0 meaning unknown). A gap row without it (written
+// by an earlier build, or one that counts rows a failing store could not
+// take) has an unknown range.
+type GapRange struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ProducerIncarnation uint64                 `protobuf:"varint,1,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
+	From                uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To                  uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *GapRange) Reset() {
+	*x = GapRange{}
+	mi := &file_echopubsub_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GapRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GapRange) ProtoMessage() {}
+
+func (x *GapRange) ProtoReflect() protoreflect.Message {
+	mi := &file_echopubsub_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GapRange.ProtoReflect.Descriptor instead.
+func (*GapRange) Descriptor() ([]byte, []int) {
+	return file_echopubsub_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GapRange) GetProducerIncarnation() uint64 {
+	if x != nil {
+		return x.ProducerIncarnation
+	}
+	return 0
+}
+
+func (x *GapRange) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *GapRange) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
 var File_echopubsub_proto protoreflect.FileDescriptor
 
 const file_echopubsub_proto_rawDesc = "" +
@@ -2145,12 +2252,15 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x06forgot\x18\b \x01(\bR\x06forgot\x12-\n" +
 	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1b\n" +
 	"\ttold_join\x18\n" +
-	" \x01(\x04R\btoldJoin\"i\n" +
+	" \x01(\x04R\btoldJoin\"\xc0\x01\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +
 	"\x06missed\x18\x03 \x01(\x04R\x06missed\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xab\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x121\n" +
+	"\x14producer_incarnation\x18\x05 \x01(\x04R\x13producerIncarnation\x12\x12\n" +
+	"\x04from\x18\x06 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\a \x01(\x04R\x02to\"\xab\x01\n" +
 	"\tBroadcast\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12.\n" +
 	"\amessage\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\amessage\x12%\n" +
@@ -2223,7 +2333,11 @@ const file_echopubsub_proto_rawDesc = "" +
 	"subscriber\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node*\x91\x01\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\"a\n" +
+	"\bGapRange\x121\n" +
+	"\x14producer_incarnation\x18\x01 \x01(\x04R\x13producerIncarnation\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to*\x91\x01\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -2268,7 +2382,7 @@ func file_echopubsub_proto_rawDescGZIP() []byte {
 }
 
 var file_echopubsub_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_echopubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_echopubsub_proto_goTypes = []any{
 	(AckStatus)(0),            // 0: echopubsub.v1.AckStatus
 	(Severity)(0),             // 1: echopubsub.v1.Severity
@@ -2293,22 +2407,23 @@ var file_echopubsub_proto_goTypes = []any{
 	(*SessionClosed)(nil),     // 20: echopubsub.v1.SessionClosed
 	(*SessionMessage)(nil),    // 21: echopubsub.v1.SessionMessage
 	(*Missed)(nil),            // 22: echopubsub.v1.Missed
-	nil,                       // 23: echopubsub.v1.SessionMessage.ContextEntry
-	(*anypb.Any)(nil),         // 24: google.protobuf.Any
+	(*GapRange)(nil),          // 23: echopubsub.v1.GapRange
+	nil,                       // 24: echopubsub.v1.SessionMessage.ContextEntry
+	(*anypb.Any)(nil),         // 25: google.protobuf.Any
 }
 var file_echopubsub_proto_depIdxs = []int32{
 	8,  // 0: echopubsub.v1.Batch.options:type_name -> echopubsub.v1.EntryOption
 	0,  // 1: echopubsub.v1.BatchAck.status:type_name -> echopubsub.v1.AckStatus
 	0,  // 2: echopubsub.v1.RegisterAck.status:type_name -> echopubsub.v1.AckStatus
-	24, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
+	25, // 3: echopubsub.v1.Broadcast.message:type_name -> google.protobuf.Any
 	2,  // 4: echopubsub.v1.BackPressure.state:type_name -> echopubsub.v1.BackPressureState
 	1,  // 5: echopubsub.v1.BackPressure.severity:type_name -> echopubsub.v1.Severity
 	3,  // 6: echopubsub.v1.SessionPressure.state:type_name -> echopubsub.v1.SessionPressureState
 	1,  // 7: echopubsub.v1.SessionPressure.severity:type_name -> echopubsub.v1.Severity
 	4,  // 8: echopubsub.v1.SessionClosed.reason:type_name -> echopubsub.v1.SessionCloseReason
 	5,  // 9: echopubsub.v1.SessionMessage.kind:type_name -> echopubsub.v1.SessionMessageKind
-	23, // 10: echopubsub.v1.SessionMessage.context:type_name -> echopubsub.v1.SessionMessage.ContextEntry
-	24, // 11: echopubsub.v1.SessionMessage.message:type_name -> google.protobuf.Any
+	24, // 10: echopubsub.v1.SessionMessage.context:type_name -> echopubsub.v1.SessionMessage.ContextEntry
+	25, // 11: echopubsub.v1.SessionMessage.message:type_name -> google.protobuf.Any
 	12, // [12:12] is the sub-list for method output_type
 	12, // [12:12] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
@@ -2327,7 +2442,7 @@ func file_echopubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_echopubsub_proto_rawDesc), len(file_echopubsub_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -102,6 +102,12 @@ type Record struct {
 	Origin string
 	// PayloadType and Payload are the message's full protobuf name and
 	// wire bytes (RecordMessage).
+	// A gap row whose range is known (which producer cursors it stands
+	// for: StreamGap's From and To) carries it here, as a
+	// messages.GapRange of PayloadType "echopubsub.v1.GapRange" (a few
+	// bytes, counted by Retention.MaxBytes like any payload); one without
+	// (written by an earlier build, or counting rows a failing store could
+	// not take) has an unknown range.
 	PayloadType string
 	Payload     []byte
 	// Missed is, for a gap, the number of messages missing (0: unknown).

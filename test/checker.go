@@ -58,12 +58,31 @@ import (
 //     writes goes to every subscriber). Per (subscriber, producer node,
 //     group, incarnation), Delivery cursors of new entries increase by
 //     exactly one; a forward jump (CursorGap) is covered only by a notice
-//     for that producer, or a DROPPING, that arrived after the previous
-//     entry of that producer and before the jump. This closes DROPPING
+//     of unknown range for that producer, or a DROPPING, that arrived after
+//     the previous entry of that producer and before the jump (a notice of
+//     known range moves the cursor due instead: rule 7). This closes DROPPING
 //     windows per producer: a loss after a producer's first message after
 //     RESUMED is caught even when the lost message's publisher had nothing
 //     in between.
-//  7. False alarms. At Finish, a CursorExpired or DROPPING that explained no
+//  7. Ranges (with CursorContiguous). A CursorExpired whose range is known
+//     (messages.CursorExpired.RangeKnown: producer incarnation I's cursors
+//     [From, To)) must name exactly the cursors of I the subscriber did not
+//     get there. Per (subscriber, node, group, I) the checker keeps next,
+//     the cursor the subscriber gets next of I: the last cursor delivered +
+//     1, or the To of the ranged notice received after it. Then:
+//     a notice's From must equal next (From > next leaves [next, From)
+//     unnamed: a RangeShort, a silent gap, unless a DROPPING or a notice of
+//     unknown range for (node, group) arrived since I's last delivery or
+//     ranged notice; From < next names cursors it got or was told of
+//     already: a RangeOver); and the next new cursor of I delivered after
+//     it must equal its To (above: rule 6's CursorGap, the same cover
+//     allowed; below: a RangeOver, the notice named a cursor that came).
+//     A ranged notice covers no jump by itself: its range is what it
+//     covers. Not judged: From of a notice about an incarnation the
+//     subscriber got nothing of before (it may have subscribed after the
+//     node's cursor passed), and To of one after which nothing of I came.
+//     RangeOver is counted in Counts.WrongRanges and fails Report.OK.
+//  8. False alarms. At Finish, a CursorExpired or DROPPING that explained no
 //     loss of any stream (nothing of the streams it speaks for was missing)
 //     is a false alarm, counted in Counts.FalseAlarms (not a violation).
 //     Exceptions: a CursorExpired with reason "producer restarted" cannot
@@ -79,8 +98,8 @@ import (
 // one Published gives, else the one its deliveries carry; for a publisher
 // neither declared nor received, any group of its node.
 //
-// Used streaming (Observe only), rules 1-3 and 6 apply at once
-// (OnViolation) and rules 4, 5 and 7 at Finish. The zero value is not usable; use NewChecker. It is
+// Used streaming (Observe only), rules 1-3, 6 and 7 apply at once
+// (OnViolation) and rules 4, 5 and 8 at Finish. The zero value is not usable; use NewChecker. It is
 // safe for concurrent use.
 type Checker struct {
 	mu   sync.Mutex
@@ -95,7 +114,7 @@ type Checker struct {
 	reasons       map[string]int64 // CursorExpired received, per reason
 	falseReasons  map[string]int64 // false alarms, per reason ("dropping" for DROPPING)
 	OnViolation   func(Violation)
-	// CursorContiguous enables rule 6 (see the package doc).
+	// CursorContiguous enables rules 6 and 7 (see the package doc).
 	CursorContiguous bool
 }
 
@@ -110,17 +129,21 @@ type Counts struct {
 	CursorGaps  int64 `json:"cursor_gaps"` // of which in a producer's cursors (rule 6)
 	CoveredGaps int64 `json:"covered_gaps"`
 	Expiries    int64 `json:"expiries"` // CursorExpired received
+	Ranged      int64 `json:"ranged"`   // of them, with a known range (rule 7)
 	Dropping    int64 `json:"dropping"` // BackPressure DROPPING received
 	Resumed     int64 `json:"resumed"`
 	// FalseAlarms: notices after which nothing they speak for was missing
-	// (rule 6); Precautionary: "producer restarted" with nothing missing;
+	// (rule 8); Precautionary: "producer restarted" with nothing missing;
 	// Unjudged: notices of dead subscribers that cannot be judged.
 	FalseAlarms   int64 `json:"false_alarms"`
 	Precautionary int64 `json:"precautionary"`
 	Unjudged      int64 `json:"unjudged"`
-	Undecodable   int64 `json:"undecodable"`
-	Other         int64 `json:"other"`       // anything else (a bare message: not checkable)
-	StreamGaps    int64 `json:"stream_gaps"` // CursorExpired with ReasonStreamGap
+	// WrongRanges: rule 7's RangeOver (a notice's range names a cursor the
+	// subscriber got, or was told of before). RangeShort is a silent gap.
+	WrongRanges int64 `json:"wrong_ranges"`
+	Undecodable int64 `json:"undecodable"`
+	Other       int64 `json:"other"`       // anything else (a bare message: not checkable)
+	StreamGaps  int64 `json:"stream_gaps"` // CursorExpired with ReasonStreamGap
 }
 
 // Add sums o into c.
@@ -134,11 +157,13 @@ func (c *Counts) Add(o Counts) {
 	c.CursorGaps += o.CursorGaps
 	c.CoveredGaps += o.CoveredGaps
 	c.Expiries += o.Expiries
+	c.Ranged += o.Ranged
 	c.Dropping += o.Dropping
 	c.Resumed += o.Resumed
 	c.FalseAlarms += o.FalseAlarms
 	c.Precautionary += o.Precautionary
 	c.Unjudged += o.Unjudged
+	c.WrongRanges += o.WrongRanges
 	c.Undecodable += o.Undecodable
 	c.Other += o.Other
 	c.StreamGaps += o.StreamGaps
@@ -151,10 +176,14 @@ const (
 	TailGap   = "tail_gap"   // rule 5
 	CursorGap = "cursor_gap" // rule 6: a jump in a producer's cursors
 	Reorder   = "reorder"    // rule 1
+	// RangeShort and RangeOver: rule 7, a notice's range that names less
+	// than was missing there (a silent gap) or more.
+	RangeShort = "range_short"
+	RangeOver  = "range_over"
 )
 
 // ReasonRestarted is the CursorExpired reason that cannot know whether
-// anything was lost (rule 6).
+// anything was lost (rule 8).
 const ReasonRestarted = "producer restarted"
 
 // ReasonStreamGap is the CursorExpired reason of a worker that found the
@@ -202,6 +231,7 @@ type notice struct {
 	dropping bool
 	key      streamKey // CursorExpired
 	reason   string
+	ranged   bool // CursorExpired.RangeKnown: covers no jump of rule 6 (rule 7 checks its range)
 	used     bool // explained a loss
 }
 
@@ -212,8 +242,10 @@ type cursorKey struct {
 }
 
 type cursorState struct {
-	last   uint64 // highest cursor received
-	lastAt int64  // its index
+	last    uint64 // highest cursor received
+	hasLast bool   // false: only a ranged notice was received of this incarnation
+	next    uint64 // the cursor due next: last + 1, or a later ranged notice's To
+	lastAt  int64  // index of the last delivery or ranged notice
 }
 
 type subState struct {
@@ -331,11 +363,17 @@ func (c *Checker) Observe(sub string, msg interface{}) {
 	switch m := msg.(type) {
 	case *messages.CursorExpired:
 		c.counts.Expiries++
+		if m.RangeKnown() {
+			c.counts.Ranged++
+		}
 		c.reasons[m.Reason]++
 		if m.Reason == ReasonStreamGap {
 			c.counts.StreamGaps++
 		}
-		s.notices = append(s.notices, notice{at: s.n, key: streamKey{m.Node, m.Group}, reason: m.Reason})
+		s.notices = append(s.notices, notice{at: s.n, key: streamKey{m.Node, m.Group}, reason: m.Reason, ranged: m.RangeKnown()})
+		if c.CursorContiguous && m.RangeKnown() {
+			c.noticeRange(sub, s, m)
+		}
 	case *messages.BackPressure:
 		switch m.State {
 		case messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING:
@@ -371,10 +409,16 @@ func (s *subState) cover(stream streamKey, from, to int64) bool {
 
 // covered is cover, marking the notices only if mark.
 func (s *subState) covered(stream streamKey, from, to int64, mark bool) bool {
+	return s.coveredBy(stream, from, to, mark, false)
+}
+
+// coveredBy is covered; unranged: only DROPPING and notices of unknown
+// range count (rule 6 and 7: a ranged notice covers its range only).
+func (s *subState) coveredBy(stream streamKey, from, to int64, mark, unranged bool) bool {
 	i := sort.Search(len(s.notices), func(i int) bool { return s.notices[i].at > from })
 	ok := false
 	for ; i < len(s.notices) && s.notices[i].at < to; i++ {
-		if n := &s.notices[i]; n.dropping || stream.explainedBy(n.key) {
+		if n := &s.notices[i]; n.dropping || (stream.explainedBy(n.key) && !(unranged && n.ranged)) {
 			ok = true
 			if !mark {
 				return true
@@ -385,21 +429,42 @@ func (s *subState) covered(stream streamKey, from, to int64, mark bool) bool {
 	return ok
 }
 
-// cursor applies rule 6.
+// cursor applies rules 6 and 7 to a delivery.
 func (c *Checker) cursor(subName string, s *subState, m *messages.Delivery, st *testpb.Stamp) {
 	k := cursorKey{m.Node, m.Group, m.Incarnation}
 	cs := s.cursors[k]
 	switch {
 	case cs == nil:
-		s.cursors[k] = &cursorState{last: m.Cursor, lastAt: s.n}
+		s.cursors[k] = &cursorState{last: m.Cursor, hasLast: true, next: m.Cursor + 1, lastAt: s.n}
 		return
-	case m.Cursor <= cs.last:
+	case cs.hasLast && m.Cursor <= cs.last:
 		return // a redelivery (rule 1 judges its order)
-	case m.Cursor > cs.last+1 && !s.cover(streamKey{m.Node, m.Group}, cs.lastAt, s.n):
+	case m.Cursor > cs.next && !s.coveredBy(streamKey{m.Node, m.Group}, cs.lastAt, s.n, true, true):
 		c.violate(Violation{Kind: CursorGap, Subscriber: subName, Publisher: st.Publisher, Node: m.Node, Group: m.Group,
-			Prev: cs.last, Got: m.Cursor, Index: s.n})
+			Prev: cs.next - 1, Got: m.Cursor, Index: s.n})
+	case m.Cursor < cs.next: // a ranged notice named it
+		c.violate(Violation{Kind: RangeOver, Subscriber: subName, Publisher: st.Publisher, Node: m.Node, Group: m.Group,
+			Prev: cs.next - 1, Got: m.Cursor, Index: s.n})
 	}
-	cs.last, cs.lastAt = m.Cursor, s.n
+	cs.last, cs.hasLast, cs.next, cs.lastAt = m.Cursor, true, m.Cursor+1, s.n
+}
+
+// noticeRange applies rule 7 to a CursorExpired of known range: its From.
+// (Its To is judged by the next delivery of its incarnation, in cursor.)
+func (c *Checker) noticeRange(subName string, s *subState, m *messages.CursorExpired) {
+	k := cursorKey{m.Node, m.Group, m.ProducerIncarnation}
+	cs := s.cursors[k]
+	if cs == nil {
+		s.cursors[k] = &cursorState{next: m.To, lastAt: s.n}
+		return
+	}
+	switch {
+	case m.From < cs.next:
+		c.violate(Violation{Kind: RangeOver, Subscriber: subName, Node: m.Node, Group: m.Group, Prev: cs.next - 1, Got: m.From, Index: s.n})
+	case m.From > cs.next && !s.coveredBy(streamKey{m.Node, m.Group}, cs.lastAt, s.n, true, true):
+		c.violate(Violation{Kind: RangeShort, Subscriber: subName, Node: m.Node, Group: m.Group, Prev: cs.next - 1, Got: m.From, Index: s.n})
+	}
+	cs.next, cs.lastAt = max(cs.next, m.To), s.n
 }
 
 func (c *Checker) stamp(subName string, s *subState, stream streamKey, st *testpb.Stamp) {
@@ -487,6 +552,8 @@ func (c *Checker) violate(v Violation) {
 	case CursorGap:
 		c.counts.SilentGaps++
 		c.counts.CursorGaps++
+	case RangeOver:
+		c.counts.WrongRanges++
 	default:
 		c.counts.SilentGaps++
 	}
@@ -559,7 +626,7 @@ func (c *Checker) Finish() []Violation {
 			violate(Violation{Kind: TailGap, Subscriber: name, Publisher: pn, Node: key.node, Group: key.group,
 				Prev: high, Got: pi.last + 1, Index: s.n})
 		}
-		// Rule 6: false alarms.
+		// Rule 8: false alarms.
 		for i := range s.notices {
 			n := &s.notices[i]
 			switch {
@@ -677,5 +744,8 @@ func (c *Checker) Report() Report {
 	return r
 }
 
-// OK reports whether no silent gap and no reorder was found.
-func (r Report) OK() bool { return r.Counts.SilentGaps == 0 && r.Counts.Reorders == 0 }
+// OK reports whether no silent gap, no reorder and no wrong range was
+// found.
+func (r Report) OK() bool {
+	return r.Counts.SilentGaps == 0 && r.Counts.Reorders == 0 && r.Counts.WrongRanges == 0
+}

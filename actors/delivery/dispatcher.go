@@ -480,6 +480,7 @@ func (d *Dispatcher) Expired(ce *messages.CursorExpired) {
 		return true
 	})
 	d.log.Warn().Str("producer", ce.Node).Uint32("group", ce.Group).Uint64("missed", ce.Missed).
+		Uint64("incarnation", ce.ProducerIncarnation).Uint64("from", ce.From).Uint64("to", ce.To).
 		Str("reason", ce.Reason).Int("subscribers", told).Msg("cursor expired: subscribers told to reload")
 }
 
@@ -505,6 +506,11 @@ func (d *Dispatcher) expire(sub *subscriber, ce *messages.CursorExpired) {
 				merged.Missed = 0 // unknown
 			} else {
 				merged.Missed = old.Missed + ce.Missed
+			}
+			if old.RangeKnown() && ce.RangeKnown() && old.ProducerIncarnation == ce.ProducerIncarnation && old.To == ce.From {
+				merged.From = old.From // one range: [old.From, ce.To)
+			} else {
+				merged.ProducerIncarnation, merged.From, merged.To = 0, 0, 0 // not one range: unknown
 			}
 			sub.missed.expired[i] = merged
 			return

@@ -295,25 +295,37 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 	told := uint64(0)
 	switch {
 	case m.MissedWrites:
-		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: missed}
+		// This incarnation's cursors below the join's (ringbuf's
+		// Decision.To): from where this node was when it forgot this very
+		// incarnation, else from its start (none reached this node).
+		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: missed,
+			ProducerIncarnation: m.ProducerIncarnation, To: m.NextCursor}
+		if t, ok := w.table.forgot[m.ProducerNode]; ok && k == nil && t.incarnation == m.ProducerIncarnation {
+			ce.From = t.expected
+		}
+		if hadOld && !old.retired { // the old incarnation's end is lost too: one notice, two incarnations
+			ce.ProducerIncarnation, ce.From, ce.To = 0, 0, 0
+		}
 		told = m.JoinId
 	case hadOld && !old.retired:
 		// Whatever the old incarnation wrote and did not deliver is
 		// gone, unless it retired: then nothing was left untold. Where
 		// it ended is known when its node says so (a graceful Stop,
 		// recorded in its store).
-		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted"}
+		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Reason: "producer restarted",
+			ProducerIncarnation: old.incarnation, From: old.expected}
 		if m.PredecessorIncarnation == old.incarnation && m.PredecessorFinal >= old.expected {
 			if ce.Missed = m.PredecessorFinal - old.expected; ce.Missed == 0 {
 				ce = nil // it ended where this node was: nothing lost
 			} else {
-				ce.Reason = "producer stopped before this node got everything"
+				ce.Reason, ce.To = "producer stopped before this node got everything", m.PredecessorFinal
 			}
 		}
 	case !hadOld && m.PredecessorOwed:
 		// The producer's node recorded an earlier incarnation that wrote
 		// after this node started, and this node never held it: what it
-		// wrote for this node is lost (the count is not known).
+		// wrote for this node is lost (the count, the incarnation and the
+		// range are not known).
 		ce = &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group,
 			Reason: "an earlier incarnation of the producer wrote after this node started and never reached it"}
 	}
@@ -322,7 +334,7 @@ func (w *worker) seed(m *messages.Register, k *known, old tombstone, hadOld bool
 		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
 		var err error
 		if ce != nil {
-			err = w.dur.Lost(pos, ce.Missed, ce.Reason)
+			err = w.dur.Lost(pos, ce)
 		} else {
 			next, err = w.dur.Joined(pos, hadOld, m.PredecessorIncarnation, m.PredecessorFinal)
 		}
@@ -367,7 +379,8 @@ func (w *worker) registerV1(m *messages.Register, k *known) (*known, *messages.R
 			return nil, w.refuse("registration", m.ProducerNode, err)
 		}
 	case m.NextCursor > k.expected:
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "producer skipped messages"})
+		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "producer skipped messages",
+			ProducerIncarnation: m.ProducerIncarnation, From: k.expected, To: m.NextCursor})
 		k.expected = m.NextCursor
 	}
 	w.log.Debug().Str("producer", m.ProducerNode).Uint64("next", k.expected).Msg("version 1 producer registered")
@@ -421,7 +434,8 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 		if m.ProtocolVersion == messages.PreviousProtocolVersion {
 			// Version 1 has no OUT_OF_ORDER (its producer would resend the
 			// same batch forever): a gap is told, as version 1 did.
-			w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream"})
+			w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FirstCursor - k.expected, Reason: "gap in received stream",
+				ProducerIncarnation: m.ProducerIncarnation, From: k.expected, To: m.FirstCursor})
 			k.expected = m.FirstCursor
 		} else {
 			// A batch before this one was lost on the way: take nothing, and
@@ -619,18 +633,21 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	told := m.NextCursor > k.expected
 	if told { // a retried Expire whose ack was lost is not told twice
 		// What this node will never get: everything from its own cursor to
-		// where it moves, overwritten or skipped (the producer's m.Missed
-		// counts from the cursor it last saw acknowledged, which an ack lost
-		// on the way leaves behind this one; a version 1 producer counts the
-		// overwritten ones only).
-		missed := m.NextCursor - k.expected
+		// where it moves, overwritten or skipped: [k.expected, next), next
+		// the producer's ringbuf Decision.To. The decision's From is the
+		// cursor the producer last saw acknowledged, this one unless an ack
+		// was lost on the way (then this one is further: the producer's
+		// m.Missed counts from the older one, and a version 1 producer
+		// counts the overwritten ones only).
+		ce := &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "fell behind the buffer",
+			ProducerIncarnation: m.ProducerIncarnation, From: k.expected, To: plant.ExpiredTo(m.NextCursor)}
 		if w.dur != nil {
 			pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
-			if err := w.dur.Lost(pos, missed, "fell behind the buffer"); err != nil {
+			if err := w.dur.Lost(pos, ce); err != nil {
 				return w.reject("expire", m.ProducerNode, fmt.Errorf("durable store: %w", err))
 			}
 		}
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: missed, Reason: "fell behind the buffer"})
+		w.expired(ce)
 		k.expected = m.NextCursor
 	}
 	ack := w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
@@ -651,11 +668,13 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
 	told := m.FinalCursor > k.expected
+	ce := &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
+		Reason: "producer stopped before this node got everything", ProducerIncarnation: m.ProducerIncarnation, From: k.expected, To: m.FinalCursor}
 	if w.dur != nil {
 		pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: max(m.FinalCursor, k.expected)}
 		var err error
 		if told {
-			err = w.dur.Lost(pos, m.FinalCursor-k.expected, "producer stopped before this node got everything")
+			err = w.dur.Lost(pos, ce)
 		}
 		if err == nil {
 			err = w.dur.Retired(pos)
@@ -665,8 +684,7 @@ func (w *worker) retire(m *messages.Retire) *messages.BatchAck {
 		}
 	}
 	if told {
-		w.expired(&messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.FinalCursor - k.expected,
-			Reason: "producer stopped before this node got everything"})
+		w.expired(ce)
 		k.expected = m.FinalCursor
 	}
 	k.retired = true

@@ -28,7 +28,11 @@ import (
 //   - per producer node, the cursors it hands to subscribers increase by
 //     exactly one within an incarnation, and any jump, and any change of
 //     incarnation after a delivery, is preceded by a CursorExpired to the
-//     subscribers. Never a silent gap, never a redelivery.
+//     subscribers. Never a silent gap, never a redelivery;
+//   - a CursorExpired whose range is known (messages.CursorExpired.RangeKnown)
+//     says exactly what the subscribers did not get: its From is the cursor
+//     after the last one delivered of that incarnation (or the previous
+//     notice's To), and the next cursor delivered of it is its To.
 
 // fakeCtx is the part of actor.Context the worker uses; anything else
 // panics (nil embedded interface), which the fuzzer would report.
@@ -51,7 +55,11 @@ type model struct {
 	lastInc   map[string]uint64
 	delivered map[string]bool
 	expiredAt map[string]int // expiries per node since its last delivery
-	err       error
+	// next is, per producer node, the incarnation and the cursor the
+	// subscribers get next of it (after a delivery, or a CursorExpired of
+	// known range); absent after a notice of unknown range.
+	next map[string][2]uint64
+	err  error
 }
 
 func (m *model) Send(string, proto.Message) error    { return nil }
@@ -71,7 +79,11 @@ func (m *model) Delivered(from string, c uint64) {
 	case m.lastInc[from] == m.inc && c != m.last[from]+1 && !told:
 		m.fail("producer %s: silent gap %d -> %d", from, m.last[from], c)
 	}
+	if n, ok := m.next[from]; ok && n[0] == m.inc && c != n[1] && (c > m.last[from] || m.lastInc[from] != m.inc) {
+		m.fail("producer %s incarnation %d: delivered cursor %d where %d was next (the last delivery or notice's To)", from, m.inc, c, n[1])
+	}
 	m.delivered[from], m.last[from], m.lastInc[from], m.expiredAt[from] = true, c, m.inc, 0
+	m.next[from] = [2]uint64{m.inc, c + 1}
 }
 
 func (m *model) fail(format string, args ...interface{}) {
@@ -84,12 +96,25 @@ func (m *model) fail(format string, args ...interface{}) {
 // producer node the subscribers were told about.
 func (m *model) Write(p []byte) (int, error) {
 	var line struct {
-		Producer string `json:"producer"`
-		Message  string `json:"message"`
+		Producer    string `json:"producer"`
+		Message     string `json:"message"`
+		Incarnation uint64 `json:"incarnation"`
+		From        uint64 `json:"from"`
+		To          uint64 `json:"to"`
 	}
 	if json.Unmarshal(p, &line) == nil && line.Message == "cursor expired: subscribers told to reload" {
 		m.mu.Lock()
 		m.expiredAt[line.Producer]++
+		ce := &messages.CursorExpired{ProducerIncarnation: line.Incarnation, From: line.From, To: line.To}
+		n, ok := m.next[line.Producer]
+		switch {
+		case !ce.RangeKnown():
+			delete(m.next, line.Producer)
+		case ok && n[0] == ce.ProducerIncarnation && ce.From != n[1]:
+			m.fail("producer %s incarnation %d: notice range [%d, %d) where %d was next", line.Producer, ce.ProducerIncarnation, ce.From, ce.To, n[1])
+		default:
+			m.next[line.Producer] = [2]uint64{ce.ProducerIncarnation, ce.To}
+		}
 		m.mu.Unlock()
 	}
 	return len(p), nil
@@ -110,7 +135,8 @@ type fuzzWorker struct {
 
 func newFuzzWorker() *fuzzWorker {
 	system, sink := fuzzSystem()
-	m := &model{last: map[string]uint64{}, lastInc: map[string]uint64{}, delivered: map[string]bool{}, expiredAt: map[string]int{}}
+	m := &model{last: map[string]uint64{}, lastInc: map[string]uint64{}, delivered: map[string]bool{}, expiredAt: map[string]int{},
+		next: map[string][2]uint64{}}
 	log := zerolog.New(m)
 	d := delivery.NewDispatcher(system, system.Address(), log)
 	delivery.NewRegistry(d, 1<<30)() // the registry the Apply below makes its change in
@@ -224,10 +250,12 @@ func (f *fuzzWorker) ops(data []byte) []struct {
 }
 
 func FuzzWorkerSequence(f *testing.F) {
-	f.Add([]byte{0, 0, 5, 0, 0, 0, 3, 0, 5, 0, 3, 0, 3, 0, 9, 0, 2, 0})                    // register, batch, batch with a hole
-	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 1, 0, 0, 0, 0, 3, 1, 0, 0, 4, 0})  // restart
-	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0, 6, 0, 20, 0, 3, 0, 3, 0, 2, 0, 4, 0}) // expire, replay
-	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0xa0})                                   // overflow
+	f.Add([]byte{0, 0, 5, 0, 0, 0, 3, 0, 5, 0, 3, 0, 3, 0, 9, 0, 2, 0})                               // register, batch, batch with a hole
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 1, 0, 0, 0, 0, 3, 1, 0, 0, 4, 0})             // restart
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0, 6, 0, 20, 0, 3, 0, 3, 0, 2, 0, 4, 0})            // expire, replay
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0xa0})                                              // overflow
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0, 6, 0, 20, 0, 3, 0, 3, 0, 20, 0, 2, 0})           // expire, then the batch at its To
+	f.Add([]byte{0, 0, 0, 0, 0, 0xc0, 3, 0, 0, 0, 4, 0xc0, 0, 0, 9, 0, 0, 0xc0, 3, 0, 9, 0, 2, 0xc0}) // version 1: a skip, then its To
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fw := newFuzzWorker()
 		for _, op := range fw.ops(data) {

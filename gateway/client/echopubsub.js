@@ -24,6 +24,21 @@ const SESSION_TOPICS = "echopubsub.session/";
 // its messages (caught_up after the last stored row it covers).
 const TOPIC_NOTICES = new Set(["stream_gap", "stream_truncated", "caught_up"]);
 
+// gapRange is what a cursor_expired or stream_gap notice says was lost:
+// {incarnation, from, to}, the producer cursors [from, to) (to exclusive)
+// of that producer incarnation (a decimal string: it exceeds what a
+// Number holds exactly); null when the notice does not know (to or
+// producer_incarnation 0: a producer that restarted without saying where
+// it ended, a gap row of an earlier build; docs/gateway.md). undefined for
+// other kinds.
+export function gapRange(kind, n) {
+  if (kind !== "cursor_expired" && kind !== "stream_gap") return undefined;
+  const incarnation = String((n && n.producer_incarnation) || "0");
+  const to = Number((n && n.to) || 0); // cursor_expired's are proto3 JSON strings
+  if (incarnation === "0" || to === 0) return null;
+  return { incarnation, from: Number(n.from || 0), to };
+}
+
 // GatewayError is a refused command (an error frame: code and message), or
 // the client's own "disconnected" when the socket closed before the answer.
 export class GatewayError extends Error {
@@ -44,10 +59,12 @@ export const defaults = Object.freeze({
 
 export class GatewayClient {
   // url: the gateway's ws:// or wss:// URL. options:
-  //   onNotice({kind, topic, notice}): every notice, the gateway's
+  //   onNotice({kind, topic, notice, range}): every notice, the gateway's
   //     (cursor_expired, back_pressure, session_pressure, session_closed,
   //     stream_gap, stream_truncated, caught_up, session_stalled,
   //     session_resumed) and the client's own (live_resume, node_changed).
+  //     range (cursor_expired, stream_gap): the messages lost, as
+  //     gapRange gives it: {incarnation, from, to}, or null when not known.
   //     caught_up (topic: the stream): a subscribe with from has handed
   //     the stored rows up to notice.cursor to the handler, live ones
   //     follow. session_stalled (topic ""): the session held notice.pending
@@ -252,8 +269,11 @@ export class GatewayClient {
     case "notice": {
       const topic = (f.notice && f.notice.stream) || "";
       const sub = TOPIC_NOTICES.has(f.kind) ? this.subs.get(topic) : undefined;
-      if (sub) this._enqueue(sub, { notice: { kind: f.kind, topic, notice: f.notice }, gen });
-      else this._notice({ kind: f.kind, topic, notice: f.notice });
+      const n = { kind: f.kind, topic, notice: f.notice };
+      const range = gapRange(f.kind, f.notice);
+      if (range !== undefined) n.range = range;
+      if (sub) this._enqueue(sub, { notice: n, gen });
+      else this._notice(n);
       break;
     }
     case "result":

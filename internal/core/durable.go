@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"time"
+
+	"github.com/echopubsub/echopubsub/messages"
 )
 
 // Durable is the durable-stream side of a pubsub (internal/durable's
@@ -27,8 +29,10 @@ type Durable interface {
 	// that the node's traffic goes on (internal/durable/fault.go).
 	Received(p ProducerPos, rows []Row) error
 	// Lost records that messages of p's producer were lost for this node
-	// (the worker told CursorExpired), and p, the cursor it goes on from.
-	Lost(p ProducerPos, missed uint64, reason string) error
+	// (the worker tells its subscribers ce next: a node-local store's gap
+	// row carries its count, reason and range), and p, the cursor it goes
+	// on from.
+	Lost(p ProducerPos, ce *messages.CursorExpired) error
 	// Joined records that p's producer incarnation joined at p.Next. told:
 	// the worker already told (or had no need to tell, knowing the
 	// previous incarnation) about what came before; otherwise the store

@@ -11,12 +11,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/store"
 )
 
@@ -49,6 +52,40 @@ type Engine struct {
 	Retention store.Retention // WithRetention (checked: the store is a store.Trimmer)
 	Metrics   *core.Metrics
 	fault     fault // a node-local store whose writes fail (fault.go)
+	// onGap is called after a gap row was written that no CursorExpired
+	// announced (gapWritten); set by OnGap once the sessions run.
+	onGap atomic.Pointer[func()]
+}
+
+// OnGap sets what gapWritten calls: the sessions' WithFrom subscriptions
+// read their streams.
+func (d *Engine) OnGap(fn func()) { d.onGap.Store(&fn) }
+
+// gapWritten tells the sessions that the store gained a gap row no notice
+// announced (a producer that restarted while this node was away, found
+// by Joined; the rows a failing store could not take): their WithFrom
+// subscriptions read their streams now, so a live one that reached its
+// stream's end learns of it without waiting for the next row.
+func (d *Engine) gapWritten() {
+	if fn := d.onGap.Load(); fn != nil {
+		(*fn)()
+	}
+}
+
+// Failing reports whether a node-local store's writes fail now (its gap
+// rows are written once it recovers).
+func (d *Engine) Failing() bool { return d.fault.failing.Load() }
+
+// gapRecord is the gap row (its Stream left to MarkGap) for what ce tells:
+// its count and reason, and its range, when known, as the row's payload
+// (messages.GapRange: see store.Record).
+func gapRecord(origin string, ce *messages.CursorExpired) *store.Record {
+	r := &store.Record{Kind: store.RecordGap, Origin: origin, Missed: ce.Missed, Reason: ce.Reason}
+	if ce.RangeKnown() {
+		r.PayloadType = messages.GapRangeType
+		r.Payload, _ = proto.Marshal(&messages.GapRange{ProducerIncarnation: ce.ProducerIncarnation, From: ce.From, To: ce.To})
+	}
+	return r
 }
 
 // New checks o (errors name the option and the value) and returns the
@@ -173,15 +210,15 @@ func (d *Engine) appendRows(appendFn func(context.Context, []store.Record) error
 }
 
 // Lost implements core.Durable: a gap row in every stream of a node-local
-// store.
-func (d *Engine) Lost(p core.ProducerPos, missed uint64, reason string) error {
+// store, with ce's count, reason and range.
+func (d *Engine) Lost(p core.ProducerPos, ce *messages.CursorExpired) error {
 	l := d.Local()
 	if l == nil {
 		return nil
 	}
-	d.Log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
+	d.Log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", ce.Missed).Str("reason", ce.Reason).
 		Msg("durable streams: marking a gap")
-	return d.write(l, localWrite{mark: &store.Record{Kind: store.RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
+	return d.write(l, localWrite{mark: gapRecord(p.Node, ce), pos: producerPosition(p, false)})
 }
 
 // Joined implements core.Durable: when the worker could not tell (this
@@ -197,7 +234,8 @@ func (d *Engine) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64
 	}
 	old, ok, err := d.position(l, p.Node, p.Group)
 	reason := ""
-	var missed uint64
+	var missed, from uint64
+	ranged := false // [from, p.Next) of p.Incarnation
 	switch {
 	case err != nil && !told:
 		reason = "this node's store could not read how far it got in this producer's stream (" + err.Error() + "): what it missed is unknown"
@@ -207,8 +245,9 @@ func (d *Engine) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64
 		// here to be continued.
 	case old.Incarnation == p.Incarnation:
 		if p.Next > old.Next {
-			missed = p.Next - old.Next
+			missed, from = p.Next-old.Next, old.Next
 			reason = fmt.Sprintf("this node was away while the producer wrote cursors %d to %d", old.Next, p.Next-1)
+			ranged = true
 		}
 		p.Next = max(p.Next, old.Next)
 	case old.Retired || (predInc != 0 && predInc == old.Incarnation && old.Next >= predFinal):
@@ -218,6 +257,7 @@ func (d *Engine) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64
 		if p.Next > 0 {
 			missed = p.Next
 			reason = fmt.Sprintf("this node was away while the producer's new incarnation wrote cursors 0 to %d", p.Next-1)
+			ranged = true
 		}
 	default:
 		reason = "the producer restarted while this node was away: what its previous incarnation wrote after this node's last batch is unknown"
@@ -227,7 +267,15 @@ func (d *Engine) Joined(p core.ProducerPos, told bool, predInc, predFinal uint64
 	}
 	d.Log.Warn().Str("producer", p.Node).Uint32("group", p.Group).Uint64("missed", missed).Str("reason", reason).
 		Msg("durable streams: marking a gap")
-	return p.Next, d.write(l, localWrite{mark: &store.Record{Kind: store.RecordGap, Origin: p.Node, Missed: missed, Reason: reason}, pos: producerPosition(p, false)})
+	ce := &messages.CursorExpired{Missed: missed, Reason: reason}
+	if ranged {
+		ce.ProducerIncarnation, ce.From, ce.To = p.Incarnation, from, p.Next
+	}
+	if err := d.write(l, localWrite{mark: gapRecord(p.Node, ce), pos: producerPosition(p, false)}); err != nil {
+		return p.Next, err
+	}
+	d.gapWritten() // no subscriber is told (this node restarted): the store tells its sessions
+	return p.Next, nil
 }
 
 // Retired implements core.Durable.

@@ -259,6 +259,9 @@ func (d *Engine) retry(l store.LocalStore, w localWrite) error {
 		return nil
 	}
 	d.recovered(l, w.pos, len(gaps))
+	if len(gaps) > 0 {
+		d.gapWritten()
+	}
 	return nil
 }
 

@@ -21,6 +21,9 @@
 //	join_at_write     a producer starts a node it joins at its write cursor: what was
 //	                  written after the node's Start and before the join is skipped
 //	                  (the bug bb62e44 fixed; only publishing during a join exposes it)
+//	expired_to_off    a worker's CursorExpired for a node that fell behind the buffer
+//	                  names one cursor too many: To + 1 (the checker's range rule; only
+//	                  a node away longer than the buffer exposes it)
 //
 // Session defects (caught by test/e2e's session soak, not in All):
 //
@@ -53,6 +56,7 @@ const (
 	ProducerAdvance  = "producer_advance"
 	AckBeforeDeliver = "ack_first"
 	JoinAtWrite      = "join_at_write"
+	ExpiredToOff     = "expired_to_off"
 
 	CatchUpSkip         = "catchup_skip"
 	ResumeRedeliver     = "resume_redeliver"
@@ -67,7 +71,7 @@ const (
 var Sessions = []string{CatchUpSkip, ResumeRedeliver, GapNoticeLost, TruncatedNoticeLost, AppendErrorIgnored}
 
 // All lists every defect the soak must catch (see producer_advance above).
-var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver, JoinAtWrite}
+var All = []string{LocalDrop, LossAfterResumed, WorkerSkip, AckBeforeDeliver, JoinAtWrite, ExpiredToOff}
 
 // Rates of the planted defects.
 const (

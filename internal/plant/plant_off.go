@@ -16,6 +16,10 @@ func Noticed(sub string, resumed bool) {}
 // DropAfterResumed reports whether to drop this message to sub.
 func DropAfterResumed(sub string) bool { return false }
 
+// ExpiredTo is the To a worker names in a CursorExpired for a node that
+// fell behind the buffer (planted: to + 1).
+func ExpiredTo(to uint64) uint64 { return to }
+
 // SkipEntry reports whether a worker skips this batch entry.
 func SkipEntry() bool { return false }
 

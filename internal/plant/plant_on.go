@@ -61,6 +61,15 @@ func DropAfterResumed(sub string) bool {
 	return false
 }
 
+// ExpiredTo is the To a worker names in a CursorExpired for a node that
+// fell behind the buffer (planted: to + 1).
+func ExpiredTo(to uint64) uint64 {
+	if defect == ExpiredToOff {
+		return to + 1
+	}
+	return to
+}
+
 // SkipEntry reports whether a worker skips this batch entry.
 func SkipEntry() bool { return defect == WorkerSkip && every(WorkerSkipEvery) }
 

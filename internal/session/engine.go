@@ -502,6 +502,19 @@ func (e *Engine) Close(id string, reason messages.SessionCloseReason, detail str
 	return closed != nil
 }
 
+// Each calls fn for every open session, outside the engine's lock.
+func (e *Engine) Each(fn func(*Session)) {
+	e.mu.Lock()
+	all := make([]*Session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		all = append(all, s)
+	}
+	e.mu.Unlock()
+	for _, s := range all {
+		fn(s)
+	}
+}
+
 // CloseAll closes every session (the pubsub is stopping) and refuses new
 // ones.
 func (e *Engine) CloseAll(reason messages.SessionCloseReason, detail string) {

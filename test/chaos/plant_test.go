@@ -18,6 +18,7 @@ type plantCase struct {
 	defect string
 	kinds  []string // faults injected
 	slow   int      // slow subscribers per node
+	buffer int      // BufferSize (0: 2000)
 	// named reports whether the result names this defect's violation.
 	named func(r *chaos.Result) bool
 }
@@ -61,6 +62,17 @@ var plantCases = []plantCase{
 				return v.Kind == test.StartGap && subNode(v.Subscriber) != subNode(v.Publisher)
 			})
 		}},
+	{defect: plant.ExpiredToOff, kinds: []string{chaos.FaultProxyCut}, buffer: 300,
+		// A node cut off longer than the buffer is told a range one
+		// cursor too long: the next cursor it gets is in it.
+		named: func(r *chaos.Result) bool {
+			for _, v := range r.Violations {
+				if v.Kind == test.RangeOver {
+					return true
+				}
+			}
+			return false
+		}},
 	{defect: plant.AckBeforeDeliver, kinds: []string{chaos.FaultWorkerCrash},
 		// The entry marked delivered before the crash is never delivered:
 		// a gap at a subscriber on another node than the publisher's.
@@ -72,7 +84,7 @@ var plantCases = []plantCase{
 // TestSoakCatchesPlantedDefects builds the node binary with -tags
 // plantdefect and runs a short soak with each planted defect
 // (internal/plant): the verdict must fail, naming the defect's violation.
-// CI runs two of them (the default); ECHOPUBSUB_PLANT_ALL=1 runs all six.
+// CI runs two of them (the default); ECHOPUBSUB_PLANT_ALL=1 runs all seven.
 func TestSoakCatchesPlantedDefects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short soaks: -short skips them")
@@ -92,8 +104,12 @@ func TestSoakCatchesPlantedDefects(t *testing.T) {
 		t.Run(pc.defect, func(t *testing.T) {
 			t.Setenv(plant.Env, pc.defect) // the node processes inherit it
 			run := t.TempDir()
+			buffer := 2000
+			if pc.buffer != 0 {
+				buffer = pc.buffer
+			}
 			res, err := chaos.RunSoak(ctx, chaos.SoakOptions{
-				Cluster: chaos.ClusterOptions{Binary: bin, Dir: run, Nodes: 3, Buffer: 2000, Pool: 2,
+				Cluster: chaos.ClusterOptions{Binary: bin, Dir: run, Nodes: 3, Buffer: buffer, Pool: 2,
 					BatchInterval: 20 * time.Millisecond, CallTimeout: time.Second, Retry: 100 * time.Millisecond,
 					LogLevel: "warn", Logf: t.Logf},
 				Messages: 15_000, Publishers: 2, Rate: 180, Subscribers: 1, SlowSubscribers: pc.slow, SlowMicros: 1500,
@@ -104,7 +120,7 @@ func TestSoakCatchesPlantedDefects(t *testing.T) {
 				t.Fatalf("the soak could not run: %v", err)
 			}
 			t.Logf("soak result with %s planted:\n%s", pc.defect, res.Summary())
-			if res.Counts.SilentGaps == 0 && res.Counts.Reorders == 0 && res.Counts.StreamGaps == 0 {
+			if res.Counts.SilentGaps == 0 && res.Counts.Reorders == 0 && res.Counts.WrongRanges == 0 && res.Counts.StreamGaps == 0 {
 				t.Fatalf("planted defect %s: the soak passed", pc.defect)
 			}
 			if !pc.named(res) {

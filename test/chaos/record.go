@@ -33,7 +33,7 @@ import (
 //	S <id> <unix ns>                      its subscription is in place (Subscribe returned)
 //	B <pub id> <seq> <unix ns>            broadcast accepted
 //	D <sub id> <pub id> <seq> <node id> <group> <incarnation> <cursor> <local 0|1>
-//	E <sub id> <node id> <group> <missed> <reason ...>   CursorExpired
+//	E <sub id> <node id> <group> <missed> <incarnation> <from> <to> <reason ...>   CursorExpired
 //	X <sub id> D|R                        BackPressure DROPPING / RESUMED
 //	U <sub id> <payload type>             Undecodable
 //	O <sub id> <go type>                  anything else
@@ -170,7 +170,8 @@ func (r *Recorder) Received(sub int, msg interface{}) {
 		}
 	case *messages.CursorExpired:
 		nid := r.node(m.Node)
-		r.buf = append(r.buf, fmt.Sprintf("E %d %d %d %d %s\n", sub, nid, m.Group, m.Missed, strings.ReplaceAll(m.Reason, "\n", " "))...)
+		r.buf = append(r.buf, fmt.Sprintf("E %d %d %d %d %d %d %d %s\n", sub, nid, m.Group, m.Missed, m.ProducerIncarnation, m.From, m.To,
+			strings.ReplaceAll(m.Reason, "\n", " "))...)
 	case *messages.BackPressure:
 		st := "R"
 		if m.State == messages.BackPressureState_BACK_PRESSURE_STATE_DROPPING {
@@ -291,10 +292,13 @@ func CheckRecords(files []RecordFile) (*RecordCheck, error) {
 					Message: &testpb.Stamp{Publisher: pubs[string(f[2])], Seq: v[2]}})
 			case "E":
 				g, _ := strconv.ParseUint(string(f[3]), 10, 32)
-				missed, _ := strconv.ParseUint(string(f[4]), 10, 64)
+				var v [4]uint64 // missed, incarnation, from, to
+				for i := range v {
+					v[i], _ = strconv.ParseUint(string(f[4+i]), 10, 64)
+				}
 				sub := subs[string(f[1])]
-				c.Observe(sub, &messages.CursorExpired{Node: nodes[string(f[2])], Group: uint32(g), Missed: missed,
-					Reason: string(bytes.Join(f[5:], []byte(" ")))})
+				c.Observe(sub, &messages.CursorExpired{Node: nodes[string(f[2])], Group: uint32(g), Missed: v[0],
+					ProducerIncarnation: v[1], From: v[2], To: v[3], Reason: string(bytes.Join(f[8:], []byte(" ")))})
 				res.ExpiriesPerNode[nodeOf(sub)]++
 			case "X":
 				st := messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED
@@ -329,7 +333,7 @@ func nodeOf(sub string) string {
 }
 
 // minFields is the number of fields each kind of line has at least.
-var minFields = map[string]int{"n": 3, "p": 5, "s": 3, "S": 3, "B": 4, "D": 9, "E": 5, "X": 3, "U": 3, "O": 3, "W": 3,
+var minFields = map[string]int{"n": 3, "p": 5, "s": 3, "S": 3, "B": 4, "D": 9, "E": 8, "X": 3, "U": 3, "O": 3, "W": 3,
 	"o": 6, "e": 6, "g": 4, "t": 4, "c": 3, "k": 3, "x": 3} // the lower-case kinds: sessions.go
 
 // scan calls fn with the fields of every complete line of path. A last

@@ -11,7 +11,8 @@ import (
 )
 
 // A record read back gives the checker what was written: a publisher first
-// seen in a delivery and then defined by its publishes, a gap, a killed
+// seen in a delivery and then defined by its publishes, a gap, a
+// notice's range (one naming cursor 4, which came: a wrong range), a killed
 // process's torn last line.
 func TestRecordRoundTrip(t *testing.T) {
 	dir := t.TempDir()
@@ -34,6 +35,9 @@ func TestRecordRoundTrip(t *testing.T) {
 	r.Received(0, d(4)) // 3 lost, silently
 	r.Received(0, &messages.CursorExpired{Node: "a:1", Group: 1, Reason: "fell behind the buffer"})
 	r.Received(0, &messages.BackPressure{State: messages.BackPressureState_BACK_PRESSURE_STATE_RESUMED})
+	r.Received(0, &messages.CursorExpired{Node: "a:1", Group: 1, Reason: "fell behind the buffer", Missed: 3,
+		ProducerIncarnation: 9, From: 4, To: 7})
+	r.Received(0, d(7))
 	r.WorkerCrash("b:2", 17)
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
@@ -48,10 +52,14 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := rc.Report.Counts
-	if c.Delivered != 3 || c.SilentGaps != 2 || c.CursorGaps != 1 || c.Expiries != 1 || c.Resumed != 1 || c.FalseAlarms != 1 {
-		t.Fatalf("counts %+v, want 3 delivered, a silent gap at 3 (publisher and cursor), 1 expiry (a false alarm: nothing missing after it), 1 resumed", c)
+	if c.Delivered != 4 || c.SilentGaps != 2 || c.CursorGaps != 1 || c.Expiries != 2 || c.Resumed != 1 || c.FalseAlarms != 0 ||
+		c.WrongRanges != 1 || c.CoveredGaps != 1 {
+		t.Fatalf("counts %+v, want 4 delivered, a silent gap at 3 (publisher and cursor), 2 expiries (both explaining 5 and 6 missing; the second names 4 again: a wrong range), 1 resumed", c)
 	}
 	for _, v := range rc.Report.Violations {
+		if v.Kind == test.RangeOver && v.Prev == 4 && v.Got == 4 {
+			continue
+		}
 		if v.Prev != 2 || v.Got != 4 || (v.Kind != test.SilentGap && v.Kind != test.CursorGap) || v.Node != "a:1" || v.Group != 1 {
 			t.Errorf("violation %v", v)
 		}

@@ -150,7 +150,13 @@ type SessionCheck struct {
 	// SessionPressure): the pubsub's live notices, which the store's gap
 	// rows cover for a WithFrom subscription; counted, not judged.
 	OtherNotices map[string]int64
-	Violations   []string
+	// Expired: of them, the node's CursorExpired (every session here
+	// follows its stream WithFrom: told only when its store could not tell
+	// it, e.g. a failing node-local store, or a notice that came before its
+	// subscription was followed). Counted, not judged: the record does not
+	// say whether the store held the rows then.
+	Expired    int64
+	Violations []string
 }
 
 // Failed reports whether the verdict breaks the guarantee.
@@ -170,6 +176,7 @@ func (s *SessionCheck) Summary() string {
 		s.BadResumes, s.AfterClose)
 	out += fmt.Sprintf("notices: StreamGap %d, StreamTruncated %d, closed with cause %d; false alarms %d, precautionary %d, unjudged (rows lost to retention before they were copied) %d; other notices %v\n",
 		s.StreamGaps, s.Truncated, s.ClosedWithCause, s.FalseAlarms, s.Precautionary, s.Unjudged, s.OtherNotices)
+	out += fmt.Sprintf("CursorExpired to the (WithFrom) sessions: %d (the store tells them what their node missed)\n", s.Expired)
 	for i, v := range s.Violations {
 		if i == 20 {
 			out += fmt.Sprintf("... %d more\n", len(s.Violations)-20)
@@ -462,6 +469,9 @@ func checkSession(res *SessionCheck, r *sessionRun, rows []StoreRow, committed u
 			res.Commits++
 		case "x":
 			res.OtherNotices[ev[2]]++
+			if ev[2] == "*messages.CursorExpired" {
+				res.Expired++
+			}
 		}
 	}
 	// What the session owed: every row from its cursor to where it got

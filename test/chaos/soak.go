@@ -557,6 +557,8 @@ func (r *Result) Summary() string {
 		r.Counts.Reorders, nonZero(r.ReordersPerSender), r.Counts.CoveredGaps)
 	s += fmt.Sprintf("false alarms %d %v, precautionary (producer restarted, nothing missing) %d, unjudged (dead subscribers) %d\n",
 		r.Counts.FalseAlarms, r.FalseAlarmReasons(), r.Counts.Precautionary, r.Counts.Unjudged)
+	s += fmt.Sprintf("cursor expiries %d, of them with a known range %d; wrong ranges (naming a cursor that came) %d\n",
+		r.Counts.Expiries, r.Counts.Ranged, r.Counts.WrongRanges)
 	s += fmt.Sprintf("undecodable %d, other unexpected messages %d, cursor expiries for a gap in a producer's stream %d\n",
 		r.Counts.Undecodable, r.Counts.Other, r.Counts.StreamGaps)
 	if r.Record != nil {

@@ -89,6 +89,9 @@ func TestSoakShort(t *testing.T) {
 	if res.Counts.FalseAlarms != 0 { // "never a false alarm"; at a (cold) start, see issue 11
 		t.Errorf("%d false alarms: %v", res.Counts.FalseAlarms, res.FalseAlarmReasons())
 	}
+	if res.Counts.WrongRanges != 0 { // a range naming less is a silent gap, above
+		t.Errorf("%d CursorExpired ranges named cursors the subscriber got: %v", res.Counts.WrongRanges, res.Violations)
+	}
 }
 
 func contains(s []string, v string) bool {
@@ -227,8 +230,8 @@ func TestSoakSlowSubscribers(t *testing.T) {
 	if res.Counts.Dropping == 0 {
 		t.Fatalf("the slow subscribers were never dropped for: the test proves nothing")
 	}
-	if res.Counts.SilentGaps != 0 || res.Counts.Reorders != 0 {
-		t.Errorf("%d silent gaps, %d reorders: %v", res.Counts.SilentGaps, res.Counts.Reorders, res.Violations)
+	if res.Counts.SilentGaps != 0 || res.Counts.Reorders != 0 || res.Counts.WrongRanges != 0 {
+		t.Errorf("%d silent gaps, %d reorders, %d wrong ranges: %v", res.Counts.SilentGaps, res.Counts.Reorders, res.Counts.WrongRanges, res.Violations)
 	}
 	if n := res.Counts; n.Undecodable != 0 || n.Other != 0 || n.StreamGaps != 0 || n.FalseAlarms != 0 {
 		t.Errorf("undecodable %d, other %d, expiries for a gap in a producer's stream %d, false alarms %d %v: want 0",
