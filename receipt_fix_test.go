@@ -126,3 +126,48 @@ func TestBroadcastAwaitLostAckThenExpiredIsDelivered(t *testing.T) {
 	test.Eventually(t, 10*time.Second, func() bool { return len(c.Stamps()) > 0 && c.Stamps()[0] == 1 },
 		func() string { return "node 2's subscriber got stamp 1: " + c.Describe() })
 }
+
+// A node that restarted after the message was written is not owed it: node
+// 1 is cut when stamp 1 is written, restarts (a new pubsub), and is joined
+// past stamp 1 once healed. The receipt says NotOwed for node 1, and its
+// new subscriber is told nothing about stamp 1 (no CursorExpired).
+func TestBroadcastAwaitRestartedNodeNotOwed(t *testing.T) {
+	cfg := fastConfig()
+	nodes := test.StartCluster(t, 2, cfg)
+	waitJoined(t, nodes)
+	test.Partition(nodes, 1)
+	ps := nodes[0].PS
+	written := nodes[0].Stats(t).WriteCursor
+	done := make(chan echopubsub.Receipt, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := ps.BroadcastAwait(ctx, nil, "match", stamp(1))
+		if err != nil {
+			t.Errorf("BroadcastAwait of stamp 1: %v (receipt %+v)", err, r)
+		}
+		done <- r
+	}()
+	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == written+1 },
+		test.Sprintf("stamp 1 written"))
+	nodes[1].StopPubSub(t)
+	nodes[1].Start(t, cfg, staticOf(addrsOf(nodes)))
+	c := nodes[1].Subscribe(t, "match")
+	test.Heal(nodes)
+	var r echopubsub.Receipt
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("BroadcastAwait of stamp 1 did not return after node 1 restarted and was healed")
+	}
+	wantStatus(t, r, echopubsub.Delivered, nodes[0])
+	wantStatus(t, r, echopubsub.NotOwed, nodes[1])
+	// Something published after the join reaches it, with no notice before.
+	if _, err := ps.BroadcastAwait(awaitCtx(t, 10*time.Second), nil, "match", stamp(2)); err != nil {
+		t.Fatalf("BroadcastAwait of stamp 2: %v", err)
+	}
+	wantStamps(t, c, 2)
+	if n := test.Count[*messages.CursorExpired](c); n != 0 {
+		t.Fatalf("node 1's new subscriber told CursorExpired %d times: %s", n, c.Describe())
+	}
+}
