@@ -23,7 +23,8 @@ var ErrNoQuorum = errors.New("echopubsub: quorum not reached")
 // acknowledgements.
 type DeliveryStatus uint8
 
-// The statuses in a Receipt. Delivered, Expired and NotOwed are final;
+// The statuses in a Receipt. Delivered, Expired, NotOwed, NotStored and
+// Unknown are final;
 // Pending and Unreachable are what was known when the call's context ended.
 const (
 	// Pending: no answer from the node covers the message yet (its batch
@@ -46,6 +47,17 @@ const (
 	// joined past it: its new pubsub was never owed it (see "Joined" in
 	// the package doc), so nobody there was told.
 	NotOwed DeliveryStatus = DeliveryStatus(core.NotOwed)
+	// NotStored (AwaitStored only): the node delivered the message, but did
+	// not say its durable store appended it: its store is failing (the
+	// rows become gap rows, see the durable store's fault path), it runs
+	// without a store, it is of an earlier build, or the answer that
+	// covered the message was not its batch's own ack. Never Stored.
+	NotStored DeliveryStatus = DeliveryStatus(core.NotStored)
+	// Unknown: the node's answers cannot tell whether it got the message:
+	// its batch's ack was lost, then it fell behind the buffer, and its
+	// answer to the Expire did not say where it stood (a retried Expire,
+	// or a node of an earlier build). Not a claim that it was lost.
+	Unknown DeliveryStatus = DeliveryStatus(core.Unknown)
 )
 
 func (s DeliveryStatus) String() string {
@@ -60,6 +72,10 @@ func (s DeliveryStatus) String() string {
 		return "expired"
 	case NotOwed:
 		return "not_owed"
+	case NotStored:
+		return "not_stored"
+	case Unknown:
+		return "unknown"
 	}
 	return fmt.Sprintf("DeliveryStatus(%d)", uint8(s))
 }
@@ -69,10 +85,11 @@ type NodeReceipt struct {
 	// Node is the member's address.
 	Node   string
 	Status DeliveryStatus
-	// Stored: AwaitStored was asked and the node delivered the message,
-	// which on a durable topic its worker does only after its store took
-	// it (for a store shared by the cluster, the sender's append before
-	// BroadcastAwait queued the message is that row).
+	// Stored: AwaitStored was asked and the node's ack said its durable
+	// store appended the message's batch (Status Delivered); a node that
+	// delivered without saying so is NotStored. This node: its status is
+	// set at write time (for a store shared by the cluster, the sender's
+	// append before BroadcastAwait queued the message is that row).
 	Stored bool
 }
 
@@ -176,6 +193,9 @@ func (ps *PubSub) BroadcastAwait(ctx context.Context, from *actor.PID, topic str
 		return Receipt{}, fmt.Errorf("echopubsub: AwaitStored: topic %q is not durable on this node (WithDurableTopics)", topic)
 	}
 	a := core.NewAwait(nodes, o.quorum)
+	if o.stored {
+		a.AskStored()
+	}
 	if err := ps.publish(core.Wait{Ctx: ctx}, from, topic, msg, audience{await: a}); err != nil {
 		return Receipt{}, err
 	}

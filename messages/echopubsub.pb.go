@@ -1009,7 +1009,16 @@ type BatchAck struct {
 	Error             string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	// This very request (an Expire or a Retire) made the worker tell its
 	// subscribers CursorExpired. False for a retried Expire already applied.
-	ExpiredTold   bool `protobuf:"varint,6,opt,name=expired_told,json=expiredTold,proto3" json:"expired_told,omitempty"`
+	ExpiredTold bool `protobuf:"varint,6,opt,name=expired_told,json=expiredTold,proto3" json:"expired_told,omitempty"`
+	// Answering a Batch: the worker's durable store appended every durable
+	// entry of this batch (or held them from before). False when the node
+	// has no durable store, its store failed (the rows become gap rows
+	// later), or the worker is of an earlier build: not known to be stored.
+	Stored bool `protobuf:"varint,7,opt,name=stored,proto3" json:"stored,omitempty"`
+	// Answering an Expire that told: the worker's own cursor before it (the
+	// first cursor it was told it lost; everything below it was delivered).
+	// Absent from earlier builds and on a retried Expire: not known.
+	ExpiredFrom   *uint64 `protobuf:"varint,8,opt,name=expired_from,json=expiredFrom,proto3,oneof" json:"expired_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1084,6 +1093,20 @@ func (x *BatchAck) GetExpiredTold() bool {
 		return x.ExpiredTold
 	}
 	return false
+}
+
+func (x *BatchAck) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
+func (x *BatchAck) GetExpiredFrom() uint64 {
+	if x != nil && x.ExpiredFrom != nil {
+		return *x.ExpiredFrom
+	}
+	return 0
 }
 
 // RegisterAck answers Register with the worker's own view, so a stale
@@ -2229,7 +2252,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12\x16\n" +
 	"\x06missed\x18\x06 \x01(\x04R\x06missed\x12\x1f\n" +
 	"\vnext_cursor\x18\a \x01(\x04R\n" +
-	"nextCursor\"\xe6\x01\n" +
+	"nextCursor\"\xb7\x02\n" +
 	"\bBatchAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\x04R\n" +
@@ -2238,7 +2261,10 @@ const file_echopubsub_proto_rawDesc = "" +
 	"workerNode\x12-\n" +
 	"\x12worker_incarnation\x18\x04 \x01(\x04R\x11workerIncarnation\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12!\n" +
-	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\"\xec\x02\n" +
+	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\x12\x16\n" +
+	"\x06stored\x18\a \x01(\bR\x06stored\x12&\n" +
+	"\fexpired_from\x18\b \x01(\x04H\x00R\vexpiredFrom\x88\x01\x01B\x0f\n" +
+	"\r_expired_from\"\xec\x02\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +
@@ -2436,6 +2462,7 @@ func file_echopubsub_proto_init() {
 	if File_echopubsub_proto != nil {
 		return
 	}
+	file_echopubsub_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

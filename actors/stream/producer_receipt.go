@@ -2,6 +2,7 @@ package stream
 
 import (
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/messages"
 )
 
 // Receipts: the BroadcastAwait calls waiting on this producer's writes
@@ -14,8 +15,12 @@ import (
 //   - an OK batch ack, or an OUT_OF_ORDER answer, whose next cursor passes c:
 //     the worker handed c to its node's subscribers' mailboxes (and, for a
 //     durable topic, to its store first) before answering: Delivered;
-//   - an acknowledged Expire whose range holds c: the node was told
-//     CursorExpired for it: Expired;
+//   - an acknowledged Expire whose range holds c: Expired when c is at or
+//     past the worker's cursor before it (expired_from: the node was told
+//     CursorExpired for c), Delivered below it (the batch's ack was lost),
+//     Unknown when the worker does not say;
+//   - with AwaitStored, a Delivered whose answer does not say the node's
+//     store appended the batch (BatchAck.stored) is NotStored;
 //   - a join past c: Expired when the join told CursorExpired, Delivered
 //     when the worker kept its own cursor (this producer incarnation had
 //     reached it), NotOwed otherwise (the node started after c);
@@ -39,17 +44,45 @@ func (p *producer) track(a *core.Await, c uint64) {
 }
 
 // settle reports to the receipts waiting on cursors below to that pe's
-// answer put them in status s.
+// answer put them in status s. A Delivered that does not say stored is
+// NotStored for a receipt that asked for the append (settleStored).
 func (p *producer) settle(pe *peer, to uint64, s core.NodeStatus) {
+	p.settleStored(pe, to, s, false)
+}
+
+// settleStored is settle for an answer that may say its node's durable
+// store appended the writes (BatchAck.stored).
+func (p *producer) settleStored(pe *peer, to uint64, s core.NodeStatus, stored bool) {
 	if len(p.awaits) == 0 {
 		return
 	}
 	for _, a := range p.awaits {
 		if a.Cursor() < to {
-			a.Set(pe.m.Address, s)
+			st := s
+			if st == core.Delivered && !stored && a.Stored() {
+				st = core.NotStored
+			}
+			a.Set(pe.m.Address, st)
 		}
 	}
 	p.prune()
+}
+
+// settleExpire reports an acknowledged Expire that moved pe to to: the
+// writes below the worker's own cursor before it (BatchAck.expired_from)
+// were delivered (their own ack was lost), the rest Expired. A worker that
+// does not say where it stood (a retried Expire, an earlier build) leaves
+// the writes not decided yet Unknown: never a false Expired.
+func (p *producer) settleExpire(pe *peer, to uint64, ack *messages.BatchAck) {
+	if len(p.awaits) == 0 {
+		return
+	}
+	if ack.ExpiredFrom == nil {
+		p.settle(pe, to, core.Unknown)
+		return
+	}
+	p.settle(pe, min(*ack.ExpiredFrom, to), core.Delivered)
+	p.settle(pe, to, core.Expired)
 }
 
 // reachability reports pe's reachability to every receipt waiting on it:

@@ -138,7 +138,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
 			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
 			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: b.n, RoundTrip: rtt})
-			p.acked(pe, ack.NextCursor)
+			p.acked(pe, ack.NextCursor, ack.Stored)
 			p.answered(pe)
 			// A slot is free: a full batch goes now; a part batch at the
 			// flush armFlush sends (BatchInterval 0: it runs after the
@@ -161,7 +161,7 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 				p.settle(pe, pe.next, core.Delivered)
 				p.rewind(pe)
 			} else {
-				p.acked(pe, ack.NextCursor)
+				p.acked(pe, ack.NextCursor, false)
 			}
 			p.service(ctx, pe)
 			return
@@ -184,7 +184,8 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 }
 
 // acked advances pe's cursor to what the worker says it delivered.
-func (p *producer) acked(pe *peer, workerNext uint64) {
+// stored: the ack says the node's store appended the batch.
+func (p *producer) acked(pe *peer, workerNext uint64, stored bool) {
 	n := workerNext
 	if n > p.ring.WriteCursor() { // trusted only within what was written
 		n = p.ring.WriteCursor()
@@ -195,7 +196,7 @@ func (p *producer) acked(pe *peer, workerNext uint64) {
 	if pe.sent < pe.next {
 		pe.sent = pe.next
 	}
-	p.settle(pe, pe.next, core.Delivered)
+	p.settleStored(pe, pe.next, core.Delivered, stored)
 	// The lag gauge and the stall watch see the ack now: the ack of the
 	// last batch is not followed by a service call when nothing is left
 	// (the gauge kept the lag it had at the send, and an idle, caught-up
@@ -330,7 +331,7 @@ func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		if d.To > pe.next {
 			pe.next = d.To
 		}
-		p.settle(pe, d.To, core.Expired)
+		p.settleExpire(pe, d.To, ack)
 		// Counted only when this Expire told the node (a retried one whose
 		// first ack was lost was told then); a version 1 worker does not
 		// say, and tells every Expire that moves its cursor.

@@ -469,7 +469,20 @@ func (w *worker) batch(m *messages.Batch) *messages.BatchAck {
 	if d.passed > 0 {
 		w.passOver(m, &d)
 	}
-	return w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	ack := w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
+	ack.Stored = w.dur != nil && !unstored(stored)
+	return ack
+}
+
+// unstored reports whether a durable entry of the batch was not stored
+// (its row is unstoredRow): the ack then does not say stored.
+func unstored(stored []uint64) bool {
+	for _, c := range stored {
+		if c == unstoredRow {
+			return true
+		}
+	}
+	return false
 }
 
 // passOver reports the entries of m whose topic is not valid UTF-8 (issue
@@ -631,6 +644,7 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 		return w.ack(messages.AckStatus_ACK_STATUS_UNKNOWN_PRODUCER, 0)
 	}
 	told := m.NextCursor > k.expected
+	from := k.expected
 	if told { // a retried Expire whose ack was lost is not told twice
 		// What this node will never get: everything from its own cursor to
 		// where it moves, overwritten or skipped: [k.expected, next), next
@@ -652,6 +666,9 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 	}
 	ack := w.ack(messages.AckStatus_ACK_STATUS_OK, k.expected)
 	ack.ExpiredTold = told && w.version != messages.PreviousProtocolVersion
+	if ack.ExpiredTold {
+		ack.ExpiredFrom = &from
+	}
 	return ack
 }
 

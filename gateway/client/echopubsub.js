@@ -191,8 +191,8 @@ export class GatewayClient {
   // traces; receipt (true): resolve with the receipt instead, once every
   // member delivered the message or after the gateway's ReceiptTimeout:
   // { node, group, incarnation (a string), cursor, complete, nodes: [{ node,
-  // status }] }, status "delivered", "pending", "unreachable", "expired" or
-  // "not_owed" (docs/gateway.md, publish with "receipt").
+  // status }] }, status "delivered", "pending", "unreachable", "expired",
+  // "not_owed" or "unknown" (docs/gateway.md, publish with "receipt").
   publish(topic, type, payload, opts = {}) {
     const frame = { op: "publish", topic, type, payload };
     if (opts.traceparent) frame.traceparent = opts.traceparent;

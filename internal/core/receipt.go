@@ -24,10 +24,22 @@ const (
 	// NotOwed: the node (re)started after the write and was joined past
 	// it without a notice: it was not owed it (see "Joined").
 	NotOwed
+	// NotStored: asked to store (Await.Stored), the node delivered the
+	// write, but its answer does not say its durable store appended it:
+	// the store failed (its rows become gap rows), the node has none, it
+	// is of an earlier build, or the answer covering it was not the
+	// batch's own ack.
+	NotStored
+	// Unknown: the node's answers cannot tell whether it got the write:
+	// an Expire answered by a worker that does not say where it stood
+	// (a retried Expire, or an earlier build), after a lost batch ack.
+	Unknown
 )
 
 // Final reports whether s can no longer change.
-func (s NodeStatus) Final() bool { return s == Delivered || s == Expired || s == NotOwed }
+func (s NodeStatus) Final() bool {
+	return s == Delivered || s == Expired || s == NotOwed || s == NotStored || s == Unknown
+}
 
 // AwaitNode is one asked node of an Await: its address and status.
 type AwaitNode struct {
@@ -51,6 +63,7 @@ type Await struct {
 	taken       bool
 	nodes       []AwaitNode
 	quorum      int // 0: every node
+	stored      bool
 	done        chan struct{}
 	finished    bool // done closed, or cancelled
 }
@@ -64,6 +77,14 @@ func NewAwait(nodes []string, quorum int) *Await {
 	}
 	return a
 }
+
+// AskStored makes the Await ask for the durable append: a node whose
+// answer does not say it stored the write is NotStored, not Delivered.
+// Call it before the write is sent.
+func (a *Await) AskStored() { a.stored = true }
+
+// Stored reports whether the Await asks for the durable append.
+func (a *Await) Stored() bool { return a.stored }
 
 // Done is closed once the Await is settled.
 func (a *Await) Done() <-chan struct{} { return a.done }
