@@ -14,13 +14,16 @@ import (
 // TestWithFromSessionToldOfALostDirectBroadcast: as in
 // TestWithFromSessionToldByTheStoreOnly node 1 falls behind node 0's
 // buffer, but among the messages it misses is a DirectBroadcast to node 1
-// on the followed stream room:1. No store keeps a DirectBroadcast, so the
-// store cannot tell the WithFrom session of it: the session must get the
-// node's CursorExpired (never a silent gap), with both a node-local and a
-// shared store.
+// on the followed stream room:1 (or a request to the session's inbox). No
+// store keeps a DirectBroadcast or a request, so the store cannot tell the
+// WithFrom session of it: the session must get the node's CursorExpired
+// (never a silent gap), with both a node-local and a shared store.
 func TestWithFromSessionToldOfALostDirectBroadcast(t *testing.T) {
-	for _, shared := range []bool{false, true} {
-		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+	for _, tc := range []struct {
+		shared, request bool
+	}{{false, false}, {true, false}, {true, true}} {
+		shared := tc.shared
+		t.Run(fmt.Sprintf("shared=%v,request=%v", shared, tc.request), func(t *testing.T) {
 			const buffer, cut = 20, 30
 			cfg := replayConfig()
 			cfg.BufferSize = buffer
@@ -51,7 +54,12 @@ func TestWithFromSessionToldOfALostDirectBroadcast(t *testing.T) {
 				test.Sprintf("node 1 acknowledged 1..3"))
 			nodes[0].Faults.Cut(nodes[1].Addr)
 			publishStamps(t, nodes[0], "room:1", "a", 4, 10)
-			if err := nodes[0].PS.DirectBroadcast(nodes[1].Addr, "room:1", &testpb.Stamp{Publisher: "direct", Seq: 1}); err != nil {
+			if tc.request { // a request to the follower's inbox: a DirectBroadcast to node 1 too
+				from := openSession(t, nodes[0], spawnOwner(t, nodes[0], nil), nil)
+				if _, err := nodes[0].PS.RequestFromSession(from, id, &testpb.Stamp{Publisher: "request", Seq: 1}); err != nil {
+					t.Fatalf("RequestFromSession: %v", err)
+				}
+			} else if err := nodes[0].PS.DirectBroadcast(nodes[1].Addr, "room:1", &testpb.Stamp{Publisher: "direct", Seq: 1}); err != nil {
 				t.Fatalf("DirectBroadcast: %v", err)
 			}
 			publishStamps(t, nodes[0], "room:1", "a", 11, 3+cut)
