@@ -8,6 +8,7 @@ import (
 	"github.com/echopubsub/echopubsub/internal/catchup"
 	"github.com/echopubsub/echopubsub/internal/plant"
 	"github.com/echopubsub/echopubsub/internal/session"
+	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/store"
 )
 
@@ -263,13 +264,15 @@ func (f *follow) stopHole() {
 // gap row). A follow whose catchUpStart is still on its way is made here,
 // as a live envelope would. The rows then reach the session in cursor
 // order through its follows (readFollows), with StreamGap and
-// StreamTruncated where the store has no row. Not stored, so not told to
-// such a session: a DirectBroadcast on a followed stream and a request on
-// the session's inbox lost in the same range (a request's sender is told
-// by its deadline).
-func (a *sessionActor) storeTells() bool {
+// StreamTruncated where the store has no row. Only a notice whose every
+// entry a store keeps (ce.AllStored: the producer marks the writes no
+// store keeps, a DirectBroadcast to this node or a request to a session
+// here, and says whether the lost range held one) is withheld: one that
+// held such a write, or one of an older node that does not say, is handed
+// to the session.
+func (a *sessionActor) storeTells(ce *messages.CursorExpired) bool {
 	d := a.ps.dur
-	if d == nil || d.Store == nil {
+	if !ce.AllStored || d == nil || d.Store == nil {
 		return false
 	}
 	shared := d.Store.Shared()

@@ -109,7 +109,7 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 	case *messages.Delivery:
 		a.deliver(m)
 	case *messages.CursorExpired:
-		if a.storeTells() {
+		if a.storeTells(m) {
 			a.readFollows() // the store's rows and gap rows tell it, in order
 			return
 		}

@@ -914,7 +914,15 @@ type Expire struct {
 	// from its own cursor.
 	Missed uint64 `protobuf:"varint,6,opt,name=missed,proto3" json:"missed,omitempty"`
 	// The cursor the producer sends next (its write cursor when it decided).
-	NextCursor    uint64 `protobuf:"varint,7,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	NextCursor uint64 `protobuf:"varint,7,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// true: every write of this producer in [all_stored_from, next_cursor)
+	// for this node is one a store keeps (no DirectBroadcast to it, no
+	// request to its sessions: writes no store keeps). false (or an older
+	// producer, which does not set it): not known. The worker passes it on
+	// as CursorExpired.all_stored when its own cursor is not below
+	// all_stored_from.
+	AllStored     bool   `protobuf:"varint,8,opt,name=all_stored,json=allStored,proto3" json:"all_stored,omitempty"`
+	AllStoredFrom uint64 `protobuf:"varint,9,opt,name=all_stored_from,json=allStoredFrom,proto3" json:"all_stored_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -994,6 +1002,20 @@ func (x *Expire) GetMissed() uint64 {
 func (x *Expire) GetNextCursor() uint64 {
 	if x != nil {
 		return x.NextCursor
+	}
+	return 0
+}
+
+func (x *Expire) GetAllStored() bool {
+	if x != nil {
+		return x.AllStored
+	}
+	return false
+}
+
+func (x *Expire) GetAllStoredFrom() uint64 {
+	if x != nil {
+		return x.AllStoredFrom
 	}
 	return 0
 }
@@ -1276,8 +1298,17 @@ type CursorExpired struct {
 	ProducerIncarnation uint64 `protobuf:"varint,5,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
 	From                uint64 `protobuf:"varint,6,opt,name=from,proto3" json:"from,omitempty"`
 	To                  uint64 `protobuf:"varint,7,opt,name=to,proto3" json:"to,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// true: every entry in [from, to) is one a store keeps (a durable
+	// topic's broadcast, or one on a topic no store holds and so no WithFrom
+	// session follows): none was a DirectBroadcast to this node or a request
+	// to a session here, which no store keeps. A session whose every
+	// subscription follows its stream in the store is then told by the store
+	// alone. false: not known (an older node, which does not set it, a
+	// notice other than "fell behind the buffer", or a range that held such
+	// an entry): every subscriber is told.
+	AllStored     bool `protobuf:"varint,8,opt,name=all_stored,json=allStored,proto3" json:"all_stored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CursorExpired) Reset() {
@@ -1357,6 +1388,13 @@ func (x *CursorExpired) GetTo() uint64 {
 		return x.To
 	}
 	return 0
+}
+
+func (x *CursorExpired) GetAllStored() bool {
+	if x != nil {
+		return x.AllStored
+	}
+	return false
 }
 
 // Broadcast can be sent by any actor to the pubsub's PID (ps.PID()). It is
@@ -2242,7 +2280,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\ajoin_id\x18\v \x01(\x04R\x06joinId\x127\n" +
 	"\x17predecessor_incarnation\x18\f \x01(\x04R\x16predecessorIncarnation\x12+\n" +
 	"\x11predecessor_final\x18\r \x01(\x04R\x10predecessorFinal\x12)\n" +
-	"\x10predecessor_owed\x18\x0e \x01(\bR\x0fpredecessorOwed\"\xfb\x01\n" +
+	"\x10predecessor_owed\x18\x0e \x01(\bR\x0fpredecessorOwed\"\xc2\x02\n" +
 	"\x06Expire\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -2252,7 +2290,10 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05group\x18\x05 \x01(\rR\x05group\x12\x16\n" +
 	"\x06missed\x18\x06 \x01(\x04R\x06missed\x12\x1f\n" +
 	"\vnext_cursor\x18\a \x01(\x04R\n" +
-	"nextCursor\"\xb7\x02\n" +
+	"nextCursor\x12\x1d\n" +
+	"\n" +
+	"all_stored\x18\b \x01(\bR\tallStored\x12&\n" +
+	"\x0fall_stored_from\x18\t \x01(\x04R\rallStoredFrom\"\xb7\x02\n" +
 	"\bBatchAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\x04R\n" +
@@ -2278,7 +2319,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x06forgot\x18\b \x01(\bR\x06forgot\x12-\n" +
 	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1b\n" +
 	"\ttold_join\x18\n" +
-	" \x01(\x04R\btoldJoin\"\xc0\x01\n" +
+	" \x01(\x04R\btoldJoin\"\xdf\x01\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +
@@ -2286,7 +2327,9 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x121\n" +
 	"\x14producer_incarnation\x18\x05 \x01(\x04R\x13producerIncarnation\x12\x12\n" +
 	"\x04from\x18\x06 \x01(\x04R\x04from\x12\x0e\n" +
-	"\x02to\x18\a \x01(\x04R\x02to\"\xab\x01\n" +
+	"\x02to\x18\a \x01(\x04R\x02to\x12\x1d\n" +
+	"\n" +
+	"all_stored\x18\b \x01(\bR\tallStored\"\xab\x01\n" +
 	"\tBroadcast\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12.\n" +
 	"\amessage\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\amessage\x12%\n" +

@@ -502,6 +502,7 @@ func (d *Dispatcher) expire(sub *subscriber, ce *messages.CursorExpired) {
 	for i, old := range sub.missed.expired {
 		if old.Node == ce.Node && old.Group == ce.Group { // one per producer: merged
 			merged := proto.Clone(ce).(*messages.CursorExpired)
+			merged.AllStored = old.AllStored && ce.AllStored
 			if old.Missed == 0 || ce.Missed == 0 {
 				merged.Missed = 0 // unknown
 			} else {

@@ -255,6 +255,9 @@ func (p *producer) write(ctx actor.Context, w *core.Write, it *delivery.Item) {
 		it.Node, it.Group, it.Incarnation, it.Cursor, it.StoreCursor = p.node, p.group, p.inc, c, e.StoreCursor
 		it.Traceparent, it.Tracestate = e.Trace.Headers()
 		p.d.Deliver(it)
+	} else if pe := p.peers[e.OnlyNode]; pe != nil { // a write no store keeps (rare: not a Broadcast's cost)
+		pe.unstored.Forget(pe.next) // no Expire to pe starts below its cursor
+		pe.unstored.Mark(c)
 	}
 	if w.Await != nil {
 		p.track(w.Await, c)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/internal/core"
+	"github.com/echopubsub/echopubsub/ringbuf"
 )
 
 // peer is one remote node as this producer sees it. Its fields are grouped
@@ -22,6 +23,11 @@ type peer struct {
 	absent     bool
 	retired    bool // acknowledged Retire (graceful Stop)
 	gauge      *core.PeerGauge
+	// unstored marks the cursors of the writes to this node that no store
+	// keeps (DirectBroadcast, requests: core.Write.OnlyNode), so that an
+	// Expire can say whether the range it skips held one (sendExpire).
+	// Nothing before the peer was listed is known.
+	unstored ringbuf.Marks
 
 	retryCancel, forgetCancel scheduler.CancelFunc
 
@@ -111,7 +117,7 @@ func (p *producer) member(ctx actor.Context, ev *cluster.Event) {
 	case cluster.Joined, cluster.Updated:
 		if pe == nil {
 			pe = &peer{m: m, worker: actor.NewPID(m.Address, core.WorkerName(p.cfg.Name, p.group)), gauge: p.m.Peer(p.group, m.Name),
-				joining: joining{listed: monotonic()}}
+				joining: joining{listed: monotonic()}, unstored: ringbuf.NewMarks(p.ring.WriteCursor())}
 			pe.gauge.Watch(core.Monotonic(), p.cfg.StallAfter())
 			p.peers[m.Name] = pe
 		} else {

@@ -321,7 +321,8 @@ func (p *producer) window(pe *peer) int {
 
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,
-		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To}
+		ProducerIncarnation: p.inc, Group: p.group, Missed: d.Missed, NextCursor: d.To,
+		AllStored: !pe.unstored.AnyIn(d.From, d.To), AllStoredFrom: d.From}
 	p.log.Warn().Str("peer", pe.m.Name).Uint64("missed", d.Missed).Uint64("overwritten", d.Overwritten).Msg("node fell behind the buffer: sending cursor expired")
 	p.call(ctx, pe, req, func(res interface{}) bool {
 		ack, ok := res.(*messages.BatchAck)

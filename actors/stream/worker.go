@@ -654,7 +654,8 @@ func (w *worker) expire(m *messages.Expire) *messages.BatchAck {
 		// m.Missed counts from the older one, and a version 1 producer
 		// counts the overwritten ones only).
 		ce := &messages.CursorExpired{Node: m.ProducerNode, Group: m.Group, Missed: m.NextCursor - k.expected, Reason: "fell behind the buffer",
-			ProducerIncarnation: m.ProducerIncarnation, From: k.expected, To: plant.ExpiredTo(m.NextCursor)}
+			ProducerIncarnation: m.ProducerIncarnation, From: k.expected, To: plant.ExpiredTo(m.NextCursor),
+			AllStored: m.AllStored && k.expected >= m.AllStoredFrom} // [k.expected, next) within what the producer vouched for
 		if w.dur != nil {
 			pos := core.ProducerPos{Node: m.ProducerNode, Group: m.Group, Incarnation: m.ProducerIncarnation, Next: m.NextCursor}
 			if err := w.dur.Lost(pos, ce); err != nil {
