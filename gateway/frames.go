@@ -29,6 +29,9 @@ const (
 	opRequest     = "request"
 	opReply       = "reply"
 	opPublish     = "publish"
+	opTrack       = "track"
+	opUntrack     = "untrack"
+	opPresence    = "presence"
 )
 
 // Error codes of an error frame.
@@ -50,6 +53,12 @@ const (
 	CodePublishDisabled   = "publish_disabled"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
+	// Presence (Config.Presence).
+	CodePresenceDisabled = "presence_disabled"
+	CodeForbiddenKey     = "forbidden_key"
+	CodeMetaTooLarge     = "meta_too_large"
+	CodeAlreadyTracked   = "already_tracked"
+	CodeNotTracked       = "not_tracked"
 )
 
 // Limits on a client frame's fields, checked by the decoder.
@@ -58,6 +67,8 @@ const (
 	maxTopicLen   = 1024
 	maxTypeLen    = 512
 	maxTraceLen   = 512 // traceparent, tracestate (W3C: 55 and 512 bytes are what peers must keep)
+	// MaxMetaBytes bounds a track frame's meta, as JSON text.
+	MaxMetaBytes = 1024
 )
 
 // clientFrame is one decoded client command. Fields that an op does not
@@ -65,6 +76,7 @@ const (
 type clientFrame struct {
 	wireFrame
 	context map[string]string // Context, decoded
+	meta    map[string]string // Meta, decoded
 	from    *uint64           // From, decoded: nil when absent
 	// traced carries Traceparent and Tracestate as a remote span context
 	// (echopubsub.ContextWithTrace); nil when absent.
@@ -103,6 +115,10 @@ type wireFrame struct {
 	Type        string          `json:"type"`
 	Payload     json.RawMessage `json:"payload"`
 	Receipt     *bool           `json:"receipt"`
+	// Presence: the key (optional; when given it must be the socket's
+	// identity) and the meta of a track.
+	Key  string          `json:"key"`
+	Meta json.RawMessage `json:"meta"`
 	// The client's W3C trace context, which a publish continues.
 	Traceparent string `json:"traceparent"`
 	Tracestate  string `json:"tracestate"`
@@ -119,6 +135,9 @@ var opFields = map[string]map[string]bool{
 	opRequest:     {"to": true, "type": true, "payload": true},
 	opReply:       {"delivery_id": true, "type": true, "payload": true},
 	opPublish:     {"topic": true, "type": true, "payload": true, "traceparent": false, "tracestate": false, "receipt": false},
+	opTrack:       {"topic": true, "key": false, "meta": false},
+	opUntrack:     {"topic": true, "key": false},
+	opPresence:    {"topic": true},
 }
 
 // decodeClientFrame parses and checks one client frame. It never panics;
@@ -159,10 +178,10 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		"delivery_id": w.DeliveryID != nil, "delivery_ids": w.DeliveryIDs != nil, "stream": w.Stream != "",
 		"limit": w.Limit != nil, "from": w.From != nil, "to": w.To != "", "type": w.Type != "", "payload": w.Payload != nil,
 		"traceparent": w.Traceparent != "", "tracestate": w.Tracestate != "", "receipt": w.Receipt != nil,
-		"consumer": w.Consumer != "",
+		"consumer": w.Consumer != "", "key": w.Key != "", "meta": w.Meta != nil,
 	}
 	for _, name := range []string{"topic", "class", "context", "delivery_id", "delivery_ids", "stream", "limit", "from",
-		"to", "type", "payload", "traceparent", "tracestate", "receipt", "consumer"} {
+		"to", "type", "payload", "traceparent", "tracestate", "receipt", "consumer", "key", "meta"} {
 		required, ok := allowed[name]
 		switch {
 		case present[name] && !ok:
@@ -175,7 +194,7 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 		name, v string
 		max     int
 	}{{"topic", f.Topic, maxTopicLen}, {"stream", f.Stream, maxTopicLen}, {"to", f.To, maxTopicLen}, {"type", f.Type, maxTypeLen},
-		{"traceparent", f.Traceparent, maxTraceLen}, {"tracestate", f.Tracestate, maxTraceLen}} {
+		{"traceparent", f.Traceparent, maxTraceLen}, {"tracestate", f.Tracestate, maxTraceLen}, {"key", f.Key, maxTopicLen}} {
 		if len(s.v) > s.max {
 			return f, ferr(CodeInvalidArgument, "%s is longer than %d bytes", s.name, s.max)
 		}
@@ -188,6 +207,14 @@ func decodeClientFrame(b []byte) (*clientFrame, *frameError) {
 	if f.Context != nil && string(f.Context) != "null" {
 		if err := json.Unmarshal(f.Context, &f.context); err != nil {
 			return f, ferr(CodeInvalidArgument, "context must be an object of strings: %s", clip(err.Error()))
+		}
+	}
+	if f.Meta != nil && string(f.Meta) != "null" {
+		if len(f.Meta) > MaxMetaBytes {
+			return f, ferr(CodeMetaTooLarge, "meta is %d bytes of JSON, at most %d", len(f.Meta), MaxMetaBytes)
+		}
+		if err := json.Unmarshal(f.Meta, &f.meta); err != nil {
+			return f, ferr(CodeInvalidArgument, "meta must be an object of strings: %s", clip(err.Error()))
 		}
 	}
 	if f.From != nil {

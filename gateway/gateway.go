@@ -38,6 +38,7 @@ import (
 
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/messages"
+	"github.com/echopubsub/echopubsub/presence"
 )
 
 // Gateway is an http.Handler that serves the gateway's WebSocket protocol
@@ -155,6 +156,13 @@ type Config struct {
 	// in order), so the wait is at most half of WriteTimeout, which bounds
 	// a pong. Default 5s.
 	ReceiptTimeout time.Duration
+	// Presence, when set, enables the presence commands (track, untrack,
+	// presence; docs/gateway.md): a socket tracks under its own identity
+	// (what the authentication hook returned), never another key, and
+	// what it tracked leaves when it closes. The tracker must be of the
+	// gateway's pubsub. Default nil: presence is off, and those commands
+	// answer "presence_disabled".
+	Presence *presence.Tracker
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -284,10 +292,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	s := &socket{gw: g, identity: identity, out: newOutQueue(g.cfg.OutboundQueue),
 		closeCh: make(chan struct{}), writerDone: make(chan struct{}), subs: map[string]bool{},
-		requests: map[uint64]*echopubsub.Envelope{}}
+		tracked: map[string]bool{}, watching: map[string]bool{}, shown: map[string]bool{}, requests: map[uint64]*echopubsub.Envelope{}}
 	system := g.ps.ActorSystem()
 	s.owner = system.Root.Spawn(actor.PropsFromFunc(s.receive))
 	defer func() { _ = system.Root.StopFuture(s.owner).Wait() }()
+	defer s.untrackAll() // before the owner stops (the tracker would see it stop too)
 	// WithHandoff: the writer reports each envelope it wrote (Handed), so
 	// that time in this socket's queue and writes is never the client's.
 	sess, err := g.ps.OpenSession(s.owner, echopubsub.WithIdentity(identity), echopubsub.WithHandoff())
@@ -348,6 +357,12 @@ type socket struct {
 	flush       bool
 
 	subs map[string]bool // handler goroutine only
+	// tracked: the topics this socket tracks (handler goroutine only);
+	// shown: the topics whose presence_state was sent (owner actor only).
+	// watching: the topics whose presence it follows (handler goroutine).
+	tracked  map[string]bool
+	watching map[string]bool
+	shown    map[string]bool
 
 	reqMu    sync.Mutex
 	requests map[uint64]*echopubsub.Envelope // request envelopes by delivery id, until replied to or acked
@@ -379,6 +394,10 @@ func (s *socket) receive(ctx actor.Context) {
 		s.send(outFrame{notice: m})
 	case *ownerFrame:
 		s.send(outFrame{raw: m.raw})
+	case *presence.Diff:
+		s.presenceDiff(m)
+	case *presenceState:
+		s.presenceState(m)
 	case *messages.SessionClosed:
 		s.send(outFrame{notice: m})
 		code, reason := websocket.StatusNormalClosure, "session closed"
@@ -769,6 +788,8 @@ func (s *socket) run(f *clientFrame) *frameError {
 			return libErr(err)
 		}
 		return s.result(f, nil)
+	case opTrack, opUntrack, opPresence:
+		return s.presence(f)
 	}
 	return ferr(CodeUnknownOp, "unknown op %q", clip(f.Op)) // decodeClientFrame refused it already
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/cluster"
 	"github.com/echopubsub/echopubsub/gateway"
+	"github.com/echopubsub/echopubsub/presence"
 	"github.com/echopubsub/echopubsub/store/seglog"
 )
 
@@ -57,6 +58,7 @@ type chatNode struct {
 	store  echopubsub.Store // closed after ps stopped
 	ps     *echopubsub.PubSub
 	gw     *gateway.Gateway
+	pres   *presence.Tracker // who is online in the room; stopped before ps
 }
 
 var chatUser = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
@@ -138,7 +140,13 @@ func (c *Chat) startNodes() error {
 			return fmt.Errorf("node %d: %w", i+1, err)
 		}
 		n.ps = ps
+		// Who is online: each page tracks its user in the room through
+		// the gateway (docs/presence.md, docs/gateway.md "Presence").
+		if n.pres, err = presence.New(ps, presence.DefaultConfig()); err != nil {
+			return fmt.Errorf("node %d presence: %w", i+1, err)
+		}
 		gcfg := gateway.DefaultConfig()
+		gcfg.Presence = n.pres
 		gcfg.Publish = true
 		gcfg.Authorize = func(a gateway.Access) error {
 			if !strings.HasPrefix(a.Topic, "chat:") {
@@ -203,6 +211,11 @@ func (c *Chat) Stop(ctx context.Context) error {
 		}
 	}
 	for _, n := range c.nodes {
+		if n.pres != nil { // before its pubsub: peers drop its presences at once
+			if err := n.pres.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if n.ps != nil {
 			if err := n.ps.Stop(ctx); err != nil {
 				errs = append(errs, err)

@@ -100,6 +100,8 @@ export class GatewayClient {
     this.node = "";
     this.pending = 0; // durable deliveries of this session not acked (the gateway's count after each ack)
     this.sessions = 0; // sessions opened so far
+    this.presences = new Map(); // topic -> {handler, list: Map key -> [{node, ref, meta}], state}
+    this.tracks = new Map(); // topic -> meta: tracked again on every new session
   }
 
   get connected() { return this.sessionId !== ""; }
@@ -202,6 +204,61 @@ export class GatewayClient {
     return this.command(frame).then((res) => res.receipt);
   }
 
+  // onPresence follows topic's presence (the gateway's Config.Presence):
+  // handler(list) gets the whole list after each change, as an object
+  // key -> [{node, ref, meta}] (one entry per socket or process tracking
+  // that key). The gateway sends the list (presence_state), then its
+  // changes (presence_diff), applied here by ref like phoenix.js's
+  // Presence.syncState and syncDiff; a new session sends the list again.
+  // Resolves once the gateway confirmed (rejects with a GatewayError, e.g.
+  // "presence_disabled"); before connect() it waits for the next session.
+  onPresence(topic, handler) {
+    if (typeof handler !== "function") return Promise.reject(new TypeError("onPresence needs a handler function"));
+    this.presences.set(topic, { handler, list: new Map(), state: false });
+    return this.connected ? this.command({ op: "presence", topic }) : Promise.resolve();
+  }
+
+  // track makes this socket present in topic under its own identity (the
+  // one the gateway authenticated: a client cannot track another key), with
+  // meta (an object of strings, at most 1 KiB as JSON). The client tracks
+  // again on every new session; closing the socket untracks.
+  track(topic, meta = {}) {
+    this.tracks.set(topic, meta);
+    return this.connected ? this.command({ op: "track", topic, meta }) : Promise.resolve();
+  }
+
+  // untrack ends this socket's presence in topic.
+  untrack(topic) {
+    if (!this.tracks.delete(topic)) return Promise.resolve();
+    return this.connected ? this.command({ op: "untrack", topic }) : Promise.resolve();
+  }
+
+  _presenceFrame(f) {
+    const p = this.presences.get(f.topic);
+    if (!p) return;
+    if (f.type === "presence_state") {
+      p.list = new Map();
+      p.state = true;
+      syncJoins(p.list, f.presences);
+    } else {
+      if (!p.state) return; // the gateway sends the list first
+      for (const [key, metas] of Object.entries(f.leaves || {})) {
+        const refs = new Set(metas.map((m) => m.ref));
+        const kept = (p.list.get(key) || []).filter((m) => !refs.has(m.ref));
+        if (kept.length > 0) p.list.set(key, kept);
+        else p.list.delete(key);
+      }
+      syncJoins(p.list, f.joins);
+    }
+    const out = {};
+    for (const [key, metas] of p.list) out[key] = metas.slice();
+    try {
+      p.handler(out);
+    } catch (e) {
+      this._error(e);
+    }
+  }
+
   // command sends one command frame of the protocol and resolves with its
   // result, or rejects with a GatewayError (also when not connected).
   command(frame) {
@@ -262,6 +319,12 @@ export class GatewayClient {
       this.sessions++;
       this._status({ state: "open", sessionId: f.session_id, node: f.node });
       for (const sub of this.subs.values()) this._resubscribe(sub, gen);
+      for (const topic of this.presences.keys()) this.command({ op: "presence", topic }).catch((e) => this._error(e));
+      for (const [topic, meta] of this.tracks) this.command({ op: "track", topic, meta }).catch((e) => this._error(e));
+      break;
+    case "presence_state":
+    case "presence_diff":
+      this._presenceFrame(f);
       break;
     case "envelope":
       this._envelope(f, gen);
@@ -419,5 +482,14 @@ export class GatewayClient {
 
   _status(s) {
     if (this.options.onStatus) this.options.onStatus({ sessionId: this.sessionId, node: this.node, ...s });
+  }
+}
+
+// syncJoins adds joins (key -> [{node, ref, meta}]) to list, once per ref.
+function syncJoins(list, joins) {
+  for (const [key, metas] of Object.entries(joins || {})) {
+    const cur = list.get(key) || [];
+    for (const m of metas) if (!cur.some((c) => c.ref === m.ref)) cur.push(m);
+    if (cur.length > 0) list.set(key, cur);
   }
 }

@@ -140,7 +140,7 @@ window.chatState = () => JSON.stringify({
   node, user, hint: $("hint").hidden ? "" : $("hint").innerText, peer: $("peer").getAttribute("href"),
   pending, peak, replayed: replayedShown, cursor: client.cursor(ROOM), backlog: client.backlog(ROOM),
   messages: messages.map((m) => ({ id: m.id, from: m.from, text: m.text, replayed: m.replayed })),
-  handled, errors, notices, statuses, published,
+  handled, errors, notices, statuses, published, onlineUsers,
 });
 window.chatSeries = (prefix, n) => {
   // All sent at once (the gateway publishes them in order): a burst.
@@ -149,6 +149,19 @@ window.chatSeries = (prefix, n) => {
     say(text).then(() => published.push({ text, at: Date.now() }), () => {});
   }
 };
+
+// Who is online in the room: this page tracks its user; the list is the
+// tracker's, across both nodes (docs/gateway.md "Presence").
+let onlineUsers = [];
+function renderOnline() {
+  const ul = $("online-users");
+  ul.replaceChildren(...onlineUsers.map((u) => { const li = document.createElement("li"); li.textContent = u; return li; }));
+}
+client.onPresence(ROOM, (list) => {
+  onlineUsers = Object.keys(list).sort();
+  renderOnline();
+}).catch((e) => { errors.push(e.message); log(`presence: ${e.message}`); });
+client.track(ROOM, { name: user }).catch((e) => { errors.push(e.message); log(`track: ${e.message}`); });
 
 client.subscribe(ROOM, onMessage, { from: 0 }).then(
   () => { subscribed = true; log("subscribed from the room's start"); render(); },

@@ -144,6 +144,8 @@ type chatState struct {
 	Notices []string `json:"notices"`
 	Hint    string   `json:"hint"` // the what-to-do box's text while it is shown
 	Peer    string   `json:"peer"` // its link to the other user's page
+	// OnlineUsers is the room's online list (the presence tracker's keys).
+	OnlineUsers []string `json:"onlineUsers"`
 }
 
 func (s chatState) has(text string) bool {

@@ -1,0 +1,41 @@
+//go:build unix
+
+package demo
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestChatPresenceInBrowser runs `demo -chat` with ada's page on node 1 and
+// bob's on node 2: each sees both in the room's online list (the presence
+// tracker, across nodes). Bob going offline (his socket closes) takes him
+// off ada's list; coming back (a new session tracks him again) puts him
+// back. Every wait polls the page with a deadline.
+func TestChatPresenceInBrowser(t *testing.T) {
+	chromium := findChromium(t)
+	url, _ := runDemo(t, buildDemo(t), "-chat")
+	base := url[:strings.Index(url, "/chat")]
+	browser := startChromium(t, chromium)
+	ada := openTab(t, browser, "ada", base+"/chat?node=1&user=ada")
+	bob := openTab(t, browser, "bob", base+"/chat?node=2&user=bob")
+	both := func(s chatState) bool { return strings.Join(s.OnlineUsers, ",") == "ada,bob" }
+	ada.until("ada and bob online", both)
+	bob.until("ada and bob online", both)
+	ada.shot("presence-1-both")
+
+	bob.click("#offline")
+	bob.until("offline", func(s chatState) bool { return !s.Online })
+	ada.until("bob gone from the online list", func(s chatState) bool { return strings.Join(s.OnlineUsers, ",") == "ada" })
+	ada.shot("presence-2-bob-offline")
+
+	bob.click("#online")
+	bob.until("back online, both listed", func(s chatState) bool { return s.Online && both(s) })
+	ada.until("bob back in the online list", both)
+	if s := ada.read(); len(s.Errors) > 0 {
+		t.Fatalf("ada's page errors: %v", s.Errors)
+	}
+	if s := bob.read(); len(s.Errors) > 0 {
+		t.Fatalf("bob's page errors: %v", s.Errors)
+	}
+}
