@@ -25,20 +25,7 @@ func TestWithFromSessionToldOfALostDirectBroadcast(t *testing.T) {
 		shared := tc.shared
 		t.Run(fmt.Sprintf("shared=%v,request=%v", shared, tc.request), func(t *testing.T) {
 			const buffer, cut = 20, 30
-			cfg := replayConfig()
-			cfg.BufferSize = buffer
-			cfg.SoftQueue, cfg.HardQueue = 100, 200
-			nodes := test.StartCluster(t, 2, cfg)
-			stores, sharedStore := test.NewStores(t), test.NewSharedMemStore()
-			for i, nd := range nodes {
-				opt := stores.Option(fmt.Sprint("node", i))
-				if shared {
-					opt = echopubsub.WithStore(sharedStore)
-				}
-				nd.StopPubSub(t)
-				nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"), opt)
-			}
-			waitJoined(t, nodes)
+			nodes := startWithFromPair(t, buffer, shared)
 			c := nodes[1].Subscribe(t, "room:1")
 			follower := spawnOwner(t, nodes[1], nil)
 			id := openSession(t, nodes[1], follower, nil)

@@ -27,20 +27,7 @@ func TestWithFromSessionToldByTheStoreOnly(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
 			const buffer, cut = 20, 30
-			cfg := replayConfig()
-			cfg.BufferSize = buffer
-			cfg.SoftQueue, cfg.HardQueue = 100, 200
-			nodes := test.StartCluster(t, 2, cfg)
-			stores, sharedStore := test.NewStores(t), test.NewSharedMemStore()
-			for i, nd := range nodes {
-				opt := stores.Option(fmt.Sprint("node", i))
-				if shared {
-					opt = echopubsub.WithStore(sharedStore)
-				}
-				nd.StopPubSub(t)
-				nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"), opt)
-			}
-			waitJoined(t, nodes)
+			nodes := startWithFromPair(t, buffer, shared)
 			c := nodes[1].Subscribe(t, "room:1")
 			follower, plain := spawnOwner(t, nodes[1], nil), spawnOwner(t, nodes[1], nil)
 			id := openSession(t, nodes[1], follower, nil)
@@ -142,4 +129,25 @@ func TestWithFromSessionReadsAGapRowNoNoticeAnnounced(t *testing.T) {
 	}
 	nodes[0].Faults.HealAll()
 	test.Eventually(t, 10*time.Second, func() bool { return countOf[*echopubsub.StreamGap](o) == 1 }, o.describe)
+}
+
+// startWithFromPair starts two joined nodes with room:* durable, a
+// BufferSize of buffer, and node-local stores (or one shared store).
+func startWithFromPair(t *testing.T, buffer int, shared bool) []*test.Node {
+	t.Helper()
+	cfg := replayConfig()
+	cfg.BufferSize = buffer
+	cfg.SoftQueue, cfg.HardQueue = 100, 200
+	nodes := test.StartCluster(t, 2, cfg)
+	stores, sharedStore := test.NewStores(t), test.NewSharedMemStore()
+	for i, nd := range nodes {
+		opt := stores.Option(fmt.Sprint("node", i))
+		if shared {
+			opt = echopubsub.WithStore(sharedStore)
+		}
+		nd.StopPubSub(t)
+		nd.Start(t, cfg, staticOf(addrsOf(nodes)), echopubsub.WithDurableTopics("room:*"), opt)
+	}
+	waitJoined(t, nodes)
+	return nodes
 }
