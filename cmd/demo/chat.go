@@ -185,18 +185,19 @@ func (c *Chat) startNode(i int, n *chatNode) error {
 	return nil
 }
 
-// stop stops the node gracefully: its sockets close, its tracker stops
-// before its pubsub (the tracker's Goodbye takes its presences off the other
-// nodes at once), then its pubsub, its store and its actor system.
+// stop stops the node gracefully: its tracker first (its Goodbye takes the
+// node's presences off the other nodes at once, as when the node goes
+// offline with its users), then its sockets, its pubsub, its store and its
+// actor system.
 func (n *chatNode) stop(ctx context.Context) error {
 	var errs []error
-	if n.gw != nil {
-		if err := n.gw.Close(ctx); err != nil {
+	if n.pres != nil {
+		if err := n.pres.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if n.pres != nil {
-		if err := n.pres.Stop(ctx); err != nil {
+	if n.gw != nil {
+		if err := n.gw.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
