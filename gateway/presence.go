@@ -99,14 +99,16 @@ func (s *socket) presence(f *clientFrame) *frameError {
 }
 
 // untrackAll ends what the socket tracked (it closes). The owner actor's
-// stop would end them too (the tracker watches it); this is at once.
+// stop would end them too (the tracker watches it); this is at once. A
+// stopped tracker has nothing left to untrack: its Stop already told the
+// other nodes that this node's presences are gone.
 func (s *socket) untrackAll() {
 	t := s.gw.cfg.Presence
 	if t == nil {
 		return
 	}
 	for topic := range s.tracked {
-		if err := t.Untrack(s.owner, topic, s.identity); err != nil && !errors.Is(err, presence.ErrNotTracked) {
+		if err := t.Untrack(s.owner, topic, s.identity); err != nil && !errors.Is(err, presence.ErrNotTracked) && !errors.Is(err, presence.ErrStopped) {
 			s.gw.log.Warn().Err(err).Str("session", s.sid).Str("topic", topic).Msg("gateway: untrack on close failed: the tracker drops it when the socket's actor stops")
 		}
 	}

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -46,7 +48,9 @@ const (
 // Chat is a running chat demo.
 type Chat struct {
 	log   zerolog.Logger
-	dir   string // the nodes' stores
+	dir   string     // the nodes' stores
+	addrs []string   // the nodes' addresses, kept over a restart
+	mu    sync.Mutex // guards the nodes' fields (a node stops and starts while pages connect)
 	nodes []*chatNode
 	ln    net.Listener
 	web   *http.Server
@@ -99,64 +103,169 @@ func StartChat(cfg Config) (*Chat, error) {
 }
 
 func (c *Chat) startNodes() error {
-	var addrs []string
 	for i := 0; i < chatNodes; i++ {
-		system := actor.NewActorSystem(echopubsub.ActorSystemLogger(c.log.Level(zerolog.Disabled)))
-		r := remote.NewRemote(system, echopubsub.RemoteConfig("127.0.0.1", 0, c.log))
-		if err := startRemote(r); err != nil {
+		n := &chatNode{}
+		c.nodes = append(c.nodes, n)
+		if err := n.startRemote(c.log, 0); err != nil {
 			return err
 		}
-		c.nodes = append(c.nodes, &chatNode{system: system, remote: r})
-		addrs = append(addrs, system.Address())
+		c.addrs = append(c.addrs, n.system.Address())
 	}
 	for i, n := range c.nodes {
-		cfg := echopubsub.DefaultConfig(chatPubSub)
-		cfg.BatchInterval = 20 * time.Millisecond
-		cfg.CallTimeout = 2 * time.Second
-		cfg.RetryInterval = 250 * time.Millisecond
-		cfg.SoftQueue, cfg.HardQueue = 50, 200
-		node := n
-		authorize := func(sessionID, stream string) error {
-			if id, ok := node.ps.SessionIdentity(sessionID); !ok || id == "" {
-				return errors.New("no identity")
-			}
-			if !strings.HasPrefix(stream, "chat:") {
-				return fmt.Errorf("%s is not a chat room", stream)
-			}
-			return nil
+		if err := c.startNode(i, n); err != nil {
+			return err
 		}
-		log := c.log.With().Int("node_index", i+1).Logger()
-		// The store logs what its Open cut off or refused through the node's logger.
-		store, err := seglog.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d", i+1)), seglog.WithLogger(log))
-		if err != nil {
-			return fmt.Errorf("node %d: %w", i+1, err)
+	}
+	return nil
+}
+
+// startRemote starts the node's actor system and remote on 127.0.0.1:port
+// (0: any free port; a restart passes the node's old port).
+func (n *chatNode) startRemote(log zerolog.Logger, port int) error {
+	n.system = actor.NewActorSystem(echopubsub.ActorSystemLogger(log.Level(zerolog.Disabled)))
+	n.remote = remote.NewRemote(n.system, echopubsub.RemoteConfig("127.0.0.1", port, log))
+	if err := startRemote(n.remote); err != nil {
+		n.system.Shutdown()
+		n.remote, n.system = nil, nil
+		return err
+	}
+	return nil
+}
+
+// startNode opens node i's store and starts its pubsub, presence tracker
+// and gateway on its running actor system.
+func (c *Chat) startNode(i int, n *chatNode) error {
+	cfg := echopubsub.DefaultConfig(chatPubSub)
+	cfg.BatchInterval = 20 * time.Millisecond
+	cfg.CallTimeout = 2 * time.Second
+	cfg.RetryInterval = 250 * time.Millisecond
+	cfg.SoftQueue, cfg.HardQueue = 50, 200
+	ps := (*echopubsub.PubSub)(nil)
+	authorize := func(sessionID, stream string) error {
+		if id, ok := ps.SessionIdentity(sessionID); !ok || id == "" {
+			return errors.New("no identity")
 		}
-		n.store = store
-		ps, err := echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(addrs...)),
-			echopubsub.WithLogger(log),
-			echopubsub.WithStore(store),
-			echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
-		if err != nil {
-			return fmt.Errorf("node %d: %w", i+1, err)
+		if !strings.HasPrefix(stream, "chat:") {
+			return fmt.Errorf("%s is not a chat room", stream)
 		}
-		n.ps = ps
-		// Who is online: each page tracks its user in the room through
-		// the gateway (docs/presence.md, docs/gateway.md "Presence").
-		if n.pres, err = presence.New(ps, presence.DefaultConfig()); err != nil {
-			return fmt.Errorf("node %d presence: %w", i+1, err)
+		return nil
+	}
+	log := c.log.With().Int("node_index", i+1).Logger()
+	// The store logs what its Open cut off or refused through the node's logger.
+	store, err := seglog.Open(filepath.Join(c.dir, fmt.Sprintf("node-%d", i+1)), seglog.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("node %d: %w", i+1, err)
+	}
+	n.store = store
+	ps, err = echopubsub.Start(n.system, cfg, echopubsub.WithMembership(cluster.NewStatic(c.addrs...)),
+		echopubsub.WithLogger(log),
+		echopubsub.WithStore(store),
+		echopubsub.WithDurableTopics("chat:*"), echopubsub.WithAuthorizer(authorize))
+	if err != nil {
+		return fmt.Errorf("node %d: %w", i+1, err)
+	}
+	n.ps = ps
+	// Who is online: each page tracks its user in the room through
+	// the gateway (docs/presence.md, docs/gateway.md "Presence").
+	if n.pres, err = presence.New(ps, presence.DefaultConfig()); err != nil {
+		return fmt.Errorf("node %d presence: %w", i+1, err)
+	}
+	gcfg := gateway.DefaultConfig()
+	gcfg.Presence = n.pres
+	gcfg.Publish = true
+	gcfg.Authorize = func(a gateway.Access) error {
+		if !strings.HasPrefix(a.Topic, "chat:") {
+			return fmt.Errorf("%s is not a chat room", a.Topic)
 		}
-		gcfg := gateway.DefaultConfig()
-		gcfg.Presence = n.pres
-		gcfg.Publish = true
-		gcfg.Authorize = func(a gateway.Access) error {
-			if !strings.HasPrefix(a.Topic, "chat:") {
-				return fmt.Errorf("%s is not a chat room", a.Topic)
-			}
-			return nil
+		return nil
+	}
+	if n.gw, err = gateway.New(ps, chatIdentity, gcfg); err != nil {
+		return fmt.Errorf("node %d gateway: %w", i+1, err)
+	}
+	return nil
+}
+
+// stop stops the node gracefully: its tracker first (its Goodbye takes the
+// node's presences off the other nodes at once, as when the node goes
+// offline with its users), then its sockets, its pubsub, its store and its
+// actor system.
+func (n *chatNode) stop(ctx context.Context) error {
+	var errs []error
+	if n.pres != nil {
+		if err := n.pres.Stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if n.gw, err = gateway.New(ps, chatIdentity, gcfg); err != nil {
-			return fmt.Errorf("node %d gateway: %w", i+1, err)
+	}
+	if n.gw != nil {
+		if err := n.gw.Close(ctx); err != nil {
+			errs = append(errs, err)
 		}
+	}
+	if n.ps != nil {
+		if err := n.ps.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.remote != nil {
+		n.remote.Shutdown(false)
+	}
+	if n.system != nil {
+		n.system.Shutdown()
+	}
+	n.gw, n.pres, n.ps, n.store, n.remote, n.system = nil, nil, nil, nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// node returns the index of node {n} of a request's path, or -1.
+func (c *Chat) node(r *http.Request) int {
+	for i := range c.nodes {
+		if r.PathValue("node") == fmt.Sprint(i+1) {
+			return i
+		}
+	}
+	return -1
+}
+
+// StopNode stops node i (0-based) gracefully; its pages' clients retry
+// until StartNode brings it back.
+func (c *Chat) StopNode(ctx context.Context, i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[i]
+	if n.system == nil {
+		return fmt.Errorf("node %d is already stopped", i+1)
+	}
+	return n.stop(ctx)
+}
+
+// StartNode starts stopped node i (0-based) again: a new actor system,
+// pubsub, tracker and gateway on the node's old address and store directory.
+func (c *Chat) StartNode(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[i]
+	if n.system != nil {
+		return fmt.Errorf("node %d is already running", i+1)
+	}
+	_, port, err := net.SplitHostPort(c.addrs[i])
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return err
+	}
+	if err := n.startRemote(c.log, p); err != nil {
+		return fmt.Errorf("node %d: %w", i+1, err)
+	}
+	if err := c.startNode(i, n); err != nil {
+		_ = n.stop(context.Background())
+		return err
 	}
 	return nil
 }
@@ -170,13 +279,44 @@ func (c *Chat) serve() {
 		http.ServeFileFS(w, r, static, "chat.html")
 	})
 	mux.HandleFunc("GET /chat/ws/{node}", func(w http.ResponseWriter, r *http.Request) {
-		for i, n := range c.nodes {
-			if r.PathValue("node") == fmt.Sprint(i+1) {
-				n.gw.ServeHTTP(w, r)
-				return
-			}
+		i := c.node(r)
+		if i < 0 {
+			http.Error(w, fmt.Sprintf("want /chat/ws/{1..%d}", len(c.nodes)), http.StatusNotFound)
+			return
 		}
-		http.Error(w, fmt.Sprintf("want /chat/ws/{1..%d}", len(c.nodes)), http.StatusNotFound)
+		c.mu.Lock()
+		gw := c.nodes[i].gw
+		c.mu.Unlock()
+		if gw == nil {
+			http.Error(w, fmt.Sprintf("node %d is stopped", i+1), http.StatusServiceUnavailable)
+			return
+		}
+		gw.ServeHTTP(w, r)
+	})
+	// A node's graceful stop and its restart (the page's clients reconnect).
+	mux.HandleFunc("POST /chat/nodes/{node}/{action}", func(w http.ResponseWriter, r *http.Request) {
+		i := c.node(r)
+		if i < 0 {
+			http.Error(w, fmt.Sprintf("want /chat/nodes/{1..%d}/{stop,start}", len(c.nodes)), http.StatusNotFound)
+			return
+		}
+		var err error
+		switch r.PathValue("action") {
+		case "stop":
+			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+			defer cancel()
+			err = c.StopNode(ctx, i)
+		case "start":
+			err = c.StartNode(i)
+		default:
+			http.Error(w, "want stop or start", http.StatusNotFound)
+			return
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		fmt.Fprintf(w, "node %d: %s done\n", i+1, r.PathValue("action"))
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/chat?node=1&user=ada", http.StatusFound)
@@ -198,37 +338,28 @@ func (c *Chat) Base() string { return "http://" + c.ln.Addr().String() }
 // Stop closes the sockets, stops the nodes and removes their stores.
 func (c *Chat) Stop(ctx context.Context) error {
 	var errs []error
-	for _, n := range c.nodes {
+	c.mu.Lock()
+	for _, n := range c.nodes { // every socket first: no page re-tracks on a node still running
 		if n.gw != nil {
 			if err := n.gw.Close(ctx); err != nil {
 				errs = append(errs, err)
 			}
+			n.gw = nil
 		}
 	}
+	c.mu.Unlock()
 	if c.web != nil {
 		if err := c.web.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	c.mu.Lock()
 	for _, n := range c.nodes {
-		if n.pres != nil { // before its pubsub: peers drop its presences at once
-			if err := n.pres.Stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
+		if err := n.stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if n.ps != nil {
-			if err := n.ps.Stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if n.store != nil {
-			if err := n.store.Close(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		n.remote.Shutdown(false)
-		n.system.Shutdown()
 	}
+	c.mu.Unlock()
 	if err := os.RemoveAll(c.dir); err != nil {
 		errs = append(errs, err)
 	}

@@ -116,6 +116,13 @@ $("peer").href = `/chat?node=${peer.node}&user=${peer.user}`;
 $("peer").textContent = `${peer.user}'s page on node ${peer.node}`;
 $("offline").onclick = () => client.disconnect(1000, "offline");
 $("online").onclick = () => client.connect();
+// The node's graceful stop and restart (the demo's web server); the client
+// retries with back-off and tracks the user again when the node is back.
+const nodeAction = (action) => fetch(`/chat/nodes/${node}/${action}`, { method: "POST" })
+  .then(async (r) => systemLine(`node ${node}: ${(await r.text()).trim()}`))
+  .catch((e) => systemLine(`node ${node} ${action}: ${e}`));
+$("stop-node").onclick = () => nodeAction("stop");
+$("start-node").onclick = () => nodeAction("start");
 
 function say(text) {
   sent++;

@@ -213,11 +213,16 @@ func (p *chatTab) read() chatState {
 	return s
 }
 
-// until polls the page (every 100 ms) until cond holds; at the deadline it
+// until polls the page (every 100 ms) until cond holds; after 30 s it
 // fails with the page's last state and a screenshot.
 func (p *chatTab) until(what string, cond func(chatState) bool) chatState {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	return p.untilBy(time.Now().Add(30*time.Second), what, cond)
+}
+
+// untilBy is until with the test's own deadline.
+func (p *chatTab) untilBy(deadline time.Time, what string, cond func(chatState) bool) chatState {
+	p.t.Helper()
 	for {
 		s, err := p.tryRead()
 		if err == nil && cond(s) {
