@@ -103,7 +103,7 @@ func TestSessionNoticesJSON(t *testing.T) {
 				`"reason":"r","producer_incarnation":"0","from":0,"to":0}}`},
 		{&messages.CursorExpired{Node: "n0", Group: 1, Missed: 30, Reason: "fell behind the buffer", ProducerIncarnation: 1796566518488985545, From: 3, To: 33},
 			`{"type":"notice","kind":"cursor_expired","notice":{"node":"n0","group":1,"missed":"30","reason":"fell behind the buffer",` +
-				`"producer_incarnation":"1796566518488985545","from":"3","to":"33"}}`},
+				`"producer_incarnation":"1796566518488985545","from":"3","to":"33","all_stored":false}}`},
 	} {
 		if b := string((&socket{}).encodeNotice(c.n)); b != c.want {
 			t.Errorf("%T as %s, want %s", c.n, b, c.want)
