@@ -105,9 +105,39 @@ func runCase(t *testing.T, seed uint64, prop func(*T)) (ok bool) {
 				seed, seed, strings.Join(pt.draws, " "))
 		}
 	}()
-	prop(pt)
+	if discarded := runDiscardable(pt, prop); discarded {
+		return true
+	}
 	return !t.Failed()
 }
+
+// discard is what T.Skip panics with: the case is discarded, as rapid
+// does, and the next one runs (testing.TB's Skip would end the whole test).
+type discard struct{}
+
+// runDiscardable runs prop on pt and reports whether it discarded its case.
+func runDiscardable(pt *T, prop func(*T)) (discarded bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(discard); !ok {
+				panic(r)
+			}
+			discarded = true
+		}
+	}()
+	prop(pt)
+	return false
+}
+
+// Skip discards this case (the draws did not make one worth checking);
+// the property goes on with the next.
+func (t *T) Skip(args ...any) { panic(discard{}) }
+
+// Skipf discards this case, like Skip.
+func (t *T) Skipf(format string, args ...any) { panic(discard{}) }
+
+// SkipNow discards this case, like Skip.
+func (t *T) SkipNow() { panic(discard{}) }
 
 // Gen draws values of type V.
 type Gen[V any] struct{ draw func(r *rand.Rand) V }

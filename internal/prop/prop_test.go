@@ -52,3 +52,21 @@ func TestSeedReplaysTheCase(t *testing.T) {
 		}
 	}
 }
+
+// A case the property skips is discarded, not the whole test: the cases
+// after it still run (rapid's Skip does the same).
+func TestSkipDiscardsOnlyTheCase(t *testing.T) {
+	ran, skipped := 0, 0
+	t.Run("property", func(t *testing.T) { // a skipped subtest must not hide the count below
+		CheckN(t, 200, func(t *T) {
+			if IntRange(0, 1).Draw(t, "skip") == 0 {
+				skipped++
+				t.Skip("discarded")
+			}
+			ran++
+		})
+	})
+	if ran == 0 || skipped == 0 || ran+skipped != 200 {
+		t.Fatalf("ran %d and skipped %d of 200 cases, want both some, 200 in all", ran, skipped)
+	}
+}
