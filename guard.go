@@ -347,6 +347,10 @@ func (s *guardedStream) check(env *remote.MessageEnvelope, target, sender *actor
 		return false, nil
 	}
 	switch {
+	case typ == typeBatchAck && strings.HasPrefix(target.Id, treePrefix) && isProducer(target.Id):
+		// A worker's answer to a producer's batch (sent to the producer
+		// itself, not a future): checked as any ack.
+		return s.checkAck(env, target, typ)
 	case strings.HasPrefix(target.Id, treePrefix):
 		return s.checkTree(env, target, sender, typ)
 	case strings.HasPrefix(target.Id, consulPrefix), strings.HasPrefix(target.Id, sessionsPrefix):
@@ -475,6 +479,21 @@ var wireRequests = map[string]func(rest string) bool{
 func isWorker(rest string) bool {
 	g, role, ok := strings.Cut(rest, "/")
 	if !ok || role != "worker" || len(g) < 2 || g[0] != 'g' {
+		return false
+	}
+	_, err := strconv.ParseUint(g[1:], 10, 32)
+	return err == nil
+}
+
+// isProducer reports whether id (a tree actor's id) is a producer:
+// echopubsub/<name>/g<group>/producer.
+func isProducer(id string) bool {
+	_, rest, ok := strings.Cut(strings.TrimPrefix(id, treePrefix), "/")
+	if !ok {
+		return false
+	}
+	g, role, ok := strings.Cut(rest, "/")
+	if !ok || role != "producer" || len(g) < 2 || g[0] != 'g' {
 		return false
 	}
 	_, err := strconv.ParseUint(g[1:], 10, 32)

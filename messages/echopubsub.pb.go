@@ -1040,9 +1040,16 @@ type BatchAck struct {
 	// Answering an Expire that told: the worker's own cursor before it (the
 	// first cursor it was told it lost; everything below it was delivered).
 	// Absent from earlier builds and on a retried Expire: not known.
-	ExpiredFrom   *uint64 `protobuf:"varint,8,opt,name=expired_from,json=expiredFrom,proto3,oneof" json:"expired_from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ExpiredFrom *uint64 `protobuf:"varint,8,opt,name=expired_from,json=expiredFrom,proto3,oneof" json:"expired_from,omitempty"`
+	// Answering a Batch (this build; absent from earlier ones): the producer
+	// incarnation the batch came from, and the first cursor of the batch
+	// answered. An answer to a producer's own PID (not a future) may answer
+	// several batches at once, the batches before the one named included:
+	// the producer matches answers to its batches in flight by these.
+	ProducerIncarnation uint64  `protobuf:"varint,9,opt,name=producer_incarnation,json=producerIncarnation,proto3" json:"producer_incarnation,omitempty"`
+	BatchFirstCursor    *uint64 `protobuf:"varint,10,opt,name=batch_first_cursor,json=batchFirstCursor,proto3,oneof" json:"batch_first_cursor,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *BatchAck) Reset() {
@@ -1127,6 +1134,20 @@ func (x *BatchAck) GetStored() bool {
 func (x *BatchAck) GetExpiredFrom() uint64 {
 	if x != nil && x.ExpiredFrom != nil {
 		return *x.ExpiredFrom
+	}
+	return 0
+}
+
+func (x *BatchAck) GetProducerIncarnation() uint64 {
+	if x != nil {
+		return x.ProducerIncarnation
+	}
+	return 0
+}
+
+func (x *BatchAck) GetBatchFirstCursor() uint64 {
+	if x != nil && x.BatchFirstCursor != nil {
+		return *x.BatchFirstCursor
 	}
 	return 0
 }
@@ -2293,7 +2314,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"nextCursor\x12\x1d\n" +
 	"\n" +
 	"all_stored\x18\b \x01(\bR\tallStored\x12&\n" +
-	"\x0fall_stored_from\x18\t \x01(\x04R\rallStoredFrom\"\xb7\x02\n" +
+	"\x0fall_stored_from\x18\t \x01(\x04R\rallStoredFrom\"\xb4\x03\n" +
 	"\bBatchAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\x04R\n" +
@@ -2304,8 +2325,12 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12!\n" +
 	"\fexpired_told\x18\x06 \x01(\bR\vexpiredTold\x12\x16\n" +
 	"\x06stored\x18\a \x01(\bR\x06stored\x12&\n" +
-	"\fexpired_from\x18\b \x01(\x04H\x00R\vexpiredFrom\x88\x01\x01B\x0f\n" +
-	"\r_expired_from\"\xec\x02\n" +
+	"\fexpired_from\x18\b \x01(\x04H\x00R\vexpiredFrom\x88\x01\x01\x121\n" +
+	"\x14producer_incarnation\x18\t \x01(\x04R\x13producerIncarnation\x121\n" +
+	"\x12batch_first_cursor\x18\n" +
+	" \x01(\x04H\x01R\x10batchFirstCursor\x88\x01\x01B\x0f\n" +
+	"\r_expired_fromB\x15\n" +
+	"\x13_batch_first_cursor\"\xec\x02\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +

@@ -20,8 +20,9 @@ import (
 func Tree(rt *core.Runtime, d *delivery.Dispatcher) *actor.Props {
 	members := map[string]cluster.Member{} // survives a restart of the root, as the membership does not resend
 	listed := new(bool)                    // likewise: cluster.Listed came
+	warm := new(*delivery.WarmDispatcher)  // the producers' and workers' dispatcher, made at the first start
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &root{rt: rt, d: d, members: members, listed: listed}
+		return &root{rt: rt, d: d, members: members, listed: listed, warm: warm}
 	}, actor.WithSupervisor(OneForOne()), IgnorePoisonPill())
 }
 
@@ -30,6 +31,7 @@ type root struct {
 	d        *delivery.Dispatcher
 	members  map[string]cluster.Member
 	listed   *bool
+	warm     **delivery.WarmDispatcher
 	stopping bool
 }
 
@@ -45,6 +47,9 @@ func (r *root) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		rt := r.rt
+		if *r.warm == nil { // ends with the pubsub (Done): Stop closes it first
+			*r.warm = delivery.NewWarmDispatcher(2*rt.Cfg.PoolSize+2, rt.Done())
+		}
 		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(delivery.NewRegistry(r.d, rt.Cfg.MaxQueueLen), IgnorePoisonPill()), "registry"); err != nil {
 			rt.Log.Error().Err(err).Msg("spawn registry")
 		}
@@ -52,9 +57,9 @@ func (r *root) Receive(ctx actor.Context) {
 			group := uint32(g)
 			props := Props(
 				Child{Name: "producer", Props: actor.PropsFromProducer(stream.NewProducer(rt, group, ctx.Self(), r.d), IgnorePoisonPill(),
-					actor.WithDispatcher(delivery.DrainingDispatcher()))},
+					actor.WithDispatcher(*r.warm))},
 				Child{Name: "worker", Props: actor.PropsFromProducer(stream.NewWorker(rt, group, r.d), IgnorePoisonPill(),
-					actor.WithDispatcher(delivery.DrainingDispatcher()))},
+					actor.WithDispatcher(*r.warm))},
 			)
 			if _, err := ctx.SpawnNamed(props, fmt.Sprintf("g%d", g)); err != nil {
 				rt.Log.Error().Err(err).Msg("spawn pool group")

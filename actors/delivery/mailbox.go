@@ -139,9 +139,9 @@ func Key(pid *actor.PID) string { return pid.Address + "/" + pid.Id }
 // defaultDispatcher is protoactor's dispatcher for props that name none.
 var defaultDispatcher = actor.NewDefaultDispatcher(300)
 
-// DrainingDispatcher is the dispatcher of the actors on the delivery path:
-// producers and workers, and subscribers spawned with SubscriberMailbox
-// (unless their props name a dispatcher). It is protoactor's goroutine
+// DrainingDispatcher is the dispatcher of subscribers spawned with
+// SubscriberMailbox (unless their props name a dispatcher); producers and
+// workers run on a WarmDispatcher, which drains the same way. It is protoactor's goroutine
 // dispatcher without the yield every 300 messages: its mailbox runs until
 // it is empty, and Go's scheduler preempts it after 10 ms of running, as
 // it does any goroutine.

@@ -22,6 +22,7 @@ type (
 	retryPeer   struct{ node string }
 	forgetCheck struct{ node string }
 	drainDue    struct{} // Drain.Budget passed
+	ackCheck    struct{ node string }
 )
 
 type producer struct {
@@ -114,6 +115,10 @@ func (p *producer) Receive(ctx actor.Context) {
 		}
 	case *forgetCheck:
 		p.forget(m.node)
+	case *messages.BatchAck:
+		p.onBatchAck(ctx, m)
+	case *ackCheck:
+		p.onAckCheck(ctx, m)
 	case *reached:
 		if !p.dead {
 			p.onReached(ctx, m)
@@ -192,7 +197,7 @@ func (p *producer) stopTimers() {
 		p.dialStop()
 	}
 	for _, pe := range p.peers {
-		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel} {
+		for _, c := range []scheduler.CancelFunc{pe.retryCancel, pe.forgetCancel, pe.checkCancel} {
 			if c != nil {
 				c()
 			}
@@ -220,7 +225,7 @@ func (p *producer) takeWrites(ctx actor.Context) bool {
 		p.lease.lastWrite = time.Now()
 	}
 	for _, pe := range p.peers {
-		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && pe.flight < p.window(pe) && (p.full(pe) || p.burstTail(pe)) {
+		if pe.registered && !pe.absent && !pe.inFlight && !pe.retrying && p.windowOpen(pe) && (p.full(pe) || p.burstTail(pe)) {
 			p.service(ctx, pe)
 		}
 	}

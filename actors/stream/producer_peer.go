@@ -68,6 +68,15 @@ type sending struct {
 	sent   uint64
 	flight int
 	epoch  uint64
+	// flights are the batches sent and not yet answered, oldest first
+	// (flight of them, flightMsgs entries and flightBytes bytes): a
+	// worker answers in the order it was sent, and one OK answer may
+	// cover several (cumulative acks: see onBatchAck). checking: an
+	// ackCheck is scheduled (checkCancel cancels it).
+	flights                 []flight
+	flightMsgs, flightBytes int
+	checking                bool
+	checkCancel             scheduler.CancelFunc
 	// due: a flush (BatchInterval) came while a part batch waited for an
 	// ack; it goes once nothing is in flight.
 	due bool

@@ -68,8 +68,8 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 			if p.partWaits(pe) {
 				break
 			}
-			if pe.flight >= p.window(pe) {
-				break // a full batch waits for a slot: the ack that frees one sends it
+			if !p.windowOpen(pe) {
+				break // the batch waits for room: the ack that makes it sends it
 			}
 			p.sendBatch(ctx, pe, ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: d.To})
 		}
@@ -120,67 +120,207 @@ func (p *producer) rewind(pe *peer) {
 // cursor: one that arrives after a lost one is refused (OUT_OF_ORDER) and
 // the producer sends again from the worker's cursor, so the stream a worker
 // delivers has no hole, whatever the network dropped.
+//
+// The batch goes as a request whose sender is the producer itself, not a
+// future: the worker's answer arrives as a message (onBatchAck), and one
+// answer may acknowledge every batch up to its cursor (a worker of this
+// build answers the batches queued in its mailbox together). A future per
+// batch cost a process registration, a timer and a continuation each, and
+// an answer per batch a write on the receiver and a read here
+// (docs/benchmarks.md, "Figures behind code comments"). One check per peer
+// (onAckCheck) stands in for the futures' timeouts.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	b := p.batch(d, p.speaks(pe))
 	target := d.From + uint64(b.n)
-	epoch := pe.epoch
 	pe.burst = pe.burst || b.full
 	pe.sentTo(target, b.size)
-	pe.flight++
 	pe.next = plant.Advance(pe.next, target)
-	sent := time.Now()
 	p.m.BatchesSent.Add(context.Background(), 1, pe.gauge.Attrs)
-	p.request(ctx, pe, b.wire, func(res interface{}, err error) {
+	if p.hook != nil {
+		if err := p.hook.Send(pe.m.Name, b.wire); err != nil {
+			p.rewind(pe)
+			p.failed(ctx, pe, err)
+			return
+		}
+	}
+	pe.flights = append(pe.flights, flight{first: d.From, to: target, n: b.n, size: b.size, epoch: pe.epoch, sent: time.Now()})
+	pe.flight++
+	pe.flightMsgs += b.n
+	pe.flightBytes += b.size
+	ctx.Request(pe.worker, b.wire)
+	if !pe.checking {
+		pe.checking = true
+		pe.checkCancel = p.sched.SendOnce(p.cfg.CallTimeout, ctx.Self(), &ackCheck{node: pe.m.Name})
+	}
+}
+
+// flight is a batch sent and not yet answered.
+type flight struct {
+	first, to uint64
+	n, size   int
+	epoch     uint64
+	sent      time.Time
+}
+
+// answeredBy removes from pe's flights those ack answers and returns the last
+// (ok false: none). A worker answers in the order it was sent, so an
+// answer covers the oldest flights up to the batch it names: first, when
+// the worker says (BatchAck.batch_first_cursor, this build), or else the
+// oldest one (an earlier build answers every batch by itself). Flights
+// before the one named lost their answers (a connection dropped them):
+// they are answered too, as the worker took or refused them before.
+func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n int, ok bool) {
+	if len(pe.flights) == 0 {
+		return flight{}, 0, false
+	}
+	upTo := 0 // pop flights[:upTo+1]
+	if ack.BatchFirstCursor != nil {
+		upTo = -1
+		for i, f := range pe.flights {
+			if f.first == *ack.BatchFirstCursor && (ack.Status != messages.AckStatus_ACK_STATUS_OK || f.to == ack.NextCursor) {
+				upTo = i
+				break
+			}
+		}
+		if upTo < 0 {
+			return flight{}, 0, false // a batch already given up on (onAckCheck)
+		}
+	}
+	for _, f := range pe.flights[:upTo+1] {
+		n += f.n
 		pe.flight--
-		ack, ok := res.(*messages.BatchAck)
-		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OK {
-			rtt := time.Since(sent)
+		pe.flightMsgs -= f.n
+		pe.flightBytes -= f.size
+	}
+	last = pe.flights[upTo]
+	pe.flights = pe.flights[:copy(pe.flights, pe.flights[upTo+1:])]
+	return last, n, true
+}
+
+// peerOf is the peer whose worker sent ack, if it answers this producer
+// incarnation.
+func (p *producer) peerOf(ack *messages.BatchAck) *peer {
+	if ack.ProducerIncarnation != 0 && ack.ProducerIncarnation != p.inc {
+		return nil // an answer to an earlier incarnation of this producer
+	}
+	for _, pe := range p.peers {
+		if pe.m.Address == ack.WorkerNode || pe.m.Name == ack.WorkerNode {
+			if !pe.registered || (pe.workerInc != 0 && ack.WorkerIncarnation != 0 && ack.WorkerIncarnation != pe.workerInc) {
+				return nil // a worker incarnation this registration does not know
+			}
+			return pe
+		}
+	}
+	return nil
+}
+
+// onBatchAck handles a worker's answer to batches (see sendBatch). Only an
+// OK answer moves the read cursor, to the cursor the worker says it
+// delivered up to (acked): whatever the accounting of flights, a cursor
+// never moves past what the worker delivered.
+func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
+	if p.dead || p.ring == nil {
+		return
+	}
+	pe := p.peerOf(ack)
+	if pe == nil {
+		return
+	}
+	f, n, ok := pe.answeredBy(ack)
+	if ack.Status == messages.AckStatus_ACK_STATUS_OK {
+		if ok {
+			rtt := time.Since(f.sent)
 			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
 			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
-			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: b.n, RoundTrip: rtt})
-			p.acked(pe, ack.NextCursor, ack.Stored)
-			p.answered(pe)
-			// A slot is free: a full batch goes now; a part batch at the
-			// flush armFlush sends (BatchInterval 0: it runs after the
-			// writes queued meanwhile), or, with a BatchInterval, once
-			// nothing is in flight and a flush came for it (partWaits) or
-			// it ends a burst (burstTail).
-			if p.drainTo != nil || p.full(pe) || (pe.due && pe.flight == 0) || p.burstTail(pe) {
-				p.service(ctx, pe)
-			} else if pe.sent < p.ring.WriteCursor() {
-				p.armFlush(ctx)
-			}
-			return
+			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: n, RoundTrip: rtt})
 		}
-		if err == nil && ok && ack.Status == messages.AckStatus_ACK_STATUS_OUT_OF_ORDER {
-			// The worker missed a batch before this one: everything below its
-			// cursor is delivered, nothing from it on. The worker knows what
-			// its node got: send again from there (once per epoch).
-			if epoch == pe.epoch {
-				pe.next = min(ack.NextCursor, p.ring.WriteCursor())
-				p.settle(pe, pe.next, core.Delivered)
-				p.rewind(pe)
-			} else {
-				p.acked(pe, ack.NextCursor, false)
-			}
+		p.acked(pe, ack.NextCursor, ack.Stored)
+		p.answered(pe)
+		if pe.flight == 0 {
+			p.stopCheck(pe)
+		}
+		// Room in the window: a full batch goes now; a part batch at the
+		// flush armFlush sends (BatchInterval 0: it runs after the writes
+		// queued meanwhile), or, with a BatchInterval, once nothing is in
+		// flight and a flush came for it (partWaits) or it ends a burst
+		// (burstTail).
+		if p.drainTo != nil || p.full(pe) || (pe.due && pe.flight == 0) || p.burstTail(pe) {
 			p.service(ctx, pe)
-			return
+		} else if pe.sent < p.ring.WriteCursor() {
+			p.armFlush(ctx)
 		}
-		if epoch != pe.epoch {
-			// A batch sent before the last rewind: its failure is handled.
-			// The last one back lets a waiting register or expire go.
-			if pe.flight == 0 {
-				p.service(ctx, pe)
-			}
-			return
+		return
+	}
+	if !ok {
+		return // an answer to a batch given up on: handled then
+	}
+	if pe.flight == 0 {
+		p.stopCheck(pe)
+	}
+	if ack.Status == messages.AckStatus_ACK_STATUS_OUT_OF_ORDER {
+		// The worker missed a batch before this one: everything below its
+		// cursor is delivered, nothing from it on. The worker knows what
+		// its node got: send again from there (once per epoch).
+		if f.epoch == pe.epoch {
+			pe.next = min(ack.NextCursor, p.ring.WriteCursor())
+			p.settle(pe, pe.next, core.Delivered)
+			p.rewind(pe)
+		} else {
+			p.acked(pe, ack.NextCursor, false)
 		}
-		p.rewind(pe)
-		if err == nil {
-			p.nack(pe, res)
-			err = fmt.Errorf("%s", pe.lastErr)
+		p.service(ctx, pe)
+		return
+	}
+	if f.epoch != pe.epoch {
+		// A batch sent before the last rewind: its failure is handled.
+		// The last one back lets a waiting register or expire go.
+		if pe.flight == 0 {
+			p.service(ctx, pe)
 		}
-		p.failed(ctx, pe, err)
-	})
+		return
+	}
+	p.rewind(pe)
+	p.nack(pe, ack)
+	p.failed(ctx, pe, fmt.Errorf("%s", pe.lastErr))
+}
+
+// onAckCheck gives up on pe's batches once the oldest has waited
+// CallTimeout for its answer, as a future's timeout did: they count as
+// lost, and the peer is retried from its cursor after RetryInterval.
+func (p *producer) onAckCheck(ctx actor.Context, m *ackCheck) {
+	pe := p.peers[m.node]
+	if pe == nil || p.dead {
+		return
+	}
+	pe.checking, pe.checkCancel = false, nil
+	if len(pe.flights) == 0 {
+		return
+	}
+	waited := time.Since(pe.flights[0].sent)
+	if waited < p.cfg.CallTimeout {
+		pe.checking = true
+		pe.checkCancel = p.sched.SendOnce(p.cfg.CallTimeout-waited, ctx.Self(), &ackCheck{node: pe.m.Name})
+		return
+	}
+	current := false
+	for _, f := range pe.flights {
+		current = current || f.epoch == pe.epoch
+	}
+	pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes = pe.flights[:0], 0, 0, 0
+	if !current { // only batches of an earlier epoch: their failure is handled
+		p.service(ctx, pe)
+		return
+	}
+	p.rewind(pe)
+	p.failed(ctx, pe, fmt.Errorf("batch to %s not answered within CallTimeout %v: %w", pe.m.Name, p.cfg.CallTimeout, actor.ErrTimeout))
+}
+
+// stopCheck cancels pe's ack check: nothing is in flight.
+func (p *producer) stopCheck(pe *peer) {
+	if pe.checking {
+		pe.checkCancel()
+		pe.checking, pe.checkCancel = false, nil
+	}
 }
 
 // acked advances pe's cursor to what the worker says it delivered.
@@ -309,15 +449,25 @@ entries:
 	return b
 }
 
-// window is the batches pe may have in flight: one for a version 1 worker,
-// which takes a batch past its cursor as a gap (told, but a loss) where a
-// current one refuses it for a resend.
-func (p *producer) window(pe *peer) int {
+// windowOpen reports whether pe may have one more batch in flight. The
+// window is in entries and bytes, MaxBatchesInFlight full batches' worth
+// (MaxBatchMessages and MaxBatchBytes each), not in batches: small batches
+// under light load do not fill it (a window of 4 batches of ~3 messages
+// held 57 % of the tail at 10,000 msg/s: docs/benchmarks.md). A version 1
+// worker gets one batch at a time: it takes a batch past its cursor as a
+// gap (told, but a loss) where a current one refuses it for a resend.
+func (p *producer) windowOpen(pe *peer) bool {
 	if p.speaks(pe) == messages.PreviousProtocolVersion {
-		return 1
+		return pe.flight == 0
 	}
-	return p.cfg.MaxBatchesInFlight
+	return pe.flight < maxFlights &&
+		pe.flightMsgs < p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchMessages &&
+		pe.flightBytes < p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
 }
+
+// maxFlights bounds the batches in flight to one node whatever their size,
+// so that a stream of one-entry batches keeps a bounded list of flights.
+const maxFlights = 256
 
 func (p *producer) sendExpire(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	req := &messages.Expire{ProtocolVersion: p.speaks(pe), PubsubName: p.cfg.Name, ProducerNode: p.node,

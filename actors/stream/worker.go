@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -101,7 +102,24 @@ type worker struct {
 	// producer retired here (its pubsub stopped on purpose) or registered
 	// again, so that the loss of its connection is not logged as an error.
 	departed func(node string, gone bool)
+	// pending are the OK answers to batches not sent yet, one per producer
+	// node (the last: it acknowledges the ones before), and flushQueued
+	// whether a flushAcks is in the mailbox (see answer).
+	pending     []pendingAck
+	flushQueued bool
 }
+
+// pendingAck is an OK answer to a producer's batches, held until the
+// batches queued behind it are handled (flushAcks).
+type pendingAck struct {
+	node string
+	to   *actor.PID
+	ack  *messages.BatchAck
+}
+
+// flushAcks sends the pending answers: it is queued behind the batches in
+// the mailbox when the first answer is held.
+type flushAcks struct{}
 
 // startedAgo is what a probe's answer reports (RegisterAck.started_ago_nanos):
 // how long ago this node's Start returned, or 0 while Start still runs.
@@ -143,6 +161,11 @@ func newWorker(cfg core.Config, group uint32, node string, inc uint64, started t
 
 func (w *worker) Receive(ctx actor.Context) {
 	msg := ctx.Message()
+	if _, ok := msg.(*flushAcks); ok {
+		w.flushQueued = false
+		w.flush(ctx)
+		return
+	}
 	if b, ok := msg.(*messages.Batch); ok {
 		// A producer's batch is sent encoded (messages.Encoded): the wire
 		// decodes it; one handed over in process is decoded here, before
@@ -186,11 +209,66 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.noteDeparture(req, res)
 	}
 	if ctx.Sender() != nil {
-		ctx.Respond(res)
+		w.answer(ctx, from, req, res)
 	}
 	if w.hook != nil {
 		w.hook.Acked(from, req)
 	}
+}
+
+// answer sends res to the sender of req. An OK answer to a batch sent by a
+// producer itself (not through a future: this build's producers) is held
+// until the batches queued behind it are handled: one answer then
+// acknowledges them all, as its cursor covers them (cumulative acks: a
+// receiving node wrote an answer per batch, and its producer read one).
+// Every other answer goes at once, after the held ones, so that a producer
+// gets its answers in the order it sent the requests.
+func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) {
+	b, isBatch := req.(*messages.Batch)
+	ack, isAck := res.(*messages.BatchAck)
+	if isBatch && isAck {
+		ack.ProducerIncarnation, ack.BatchFirstCursor = b.ProducerIncarnation, proto.Uint64(b.FirstCursor)
+		if ack.Status == messages.AckStatus_ACK_STATUS_OK && fromProducer(ctx.Sender()) {
+			for i := range w.pending {
+				if w.pending[i].node != from {
+					continue
+				}
+				if w.pending[i].ack.Stored == ack.Stored {
+					w.pending[i].to, w.pending[i].ack = ctx.Sender(), ack
+					return
+				}
+				// Stored differs: the held answer goes first, as one
+				// answer says stored of every batch it covers.
+				ctx.Send(w.pending[i].to, w.pending[i].ack)
+				w.pending[i].to, w.pending[i].ack = ctx.Sender(), ack
+				return
+			}
+			w.pending = append(w.pending, pendingAck{node: from, to: ctx.Sender(), ack: ack})
+			if !w.flushQueued {
+				w.flushQueued = true
+				ctx.Send(ctx.Self(), &flushAcks{})
+			}
+			return
+		}
+	}
+	w.flush(ctx)
+	ctx.Respond(res)
+}
+
+// flush sends the held answers.
+func (w *worker) flush(ctx actor.Context) {
+	for i, p := range w.pending {
+		ctx.Send(p.to, p.ack)
+		w.pending[i] = pendingAck{}
+	}
+	w.pending = w.pending[:0]
+}
+
+// fromProducer reports whether a request's sender is a producer actor
+// (echopubsub/<name>/g<group>/producer), which takes cumulative answers,
+// rather than a future, which takes one answer.
+func fromProducer(sender *actor.PID) bool {
+	return strings.HasSuffix(sender.Id, "/producer")
 }
 
 // noteDeparture tells departed of an accepted Retire (the node stopped on
