@@ -52,9 +52,13 @@ type Config struct {
 	// a batch from a peer with more entries is rejected whole, so give every
 	// node the same value. At most MaxBatchMessagesLimit. Defaults to 10_000.
 	MaxBatchMessages int
-	// MaxBatchesInFlight is how many batches a producer sends a node before
-	// the first is acknowledged: a window that keeps the link busy during a
-	// round trip. 1 is stop-and-wait. In [1, 64]. Defaults to 4.
+	// MaxBatchesInFlight sizes the window a producer keeps per node: what
+	// it sends before the first is acknowledged, to keep the link busy
+	// during a round trip. The window is MaxBatchesInFlight full batches'
+	// worth of entries (MaxBatchMessages each) and bytes (MaxBatchBytes
+	// each): that many full batches fill it, smaller batches under light
+	// load do not (at most 256 batches of any size). 1 is stop-and-wait.
+	// In [1, 64]. Defaults to 4.
 	MaxBatchesInFlight int
 	// MaxBatchBytes bounds the payload bytes in one batch (a batch holds at
 	// least one entry), sent and received: a batch from a peer with more

@@ -198,16 +198,18 @@ func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n int, ok bool)
 }
 
 // peerOf is the peer whose worker sent ack, if it answers this producer
-// incarnation.
+// incarnation. A worker of an earlier build does not say which; its
+// answers to an earlier incarnation arrive before its answer to this one's
+// Register, on the same connection, so while nothing is in flight: an
+// answer of an earlier build that matches no flight is dropped.
 func (p *producer) peerOf(ack *messages.BatchAck) *peer {
 	if ack.ProducerIncarnation != 0 && ack.ProducerIncarnation != p.inc {
 		return nil // an answer to an earlier incarnation of this producer
 	}
 	for _, pe := range p.peers {
+		// Any worker incarnation: a restarted worker's answer
+		// (UNKNOWN_PRODUCER) is what makes this producer register again.
 		if pe.m.Address == ack.WorkerNode || pe.m.Name == ack.WorkerNode {
-			if !pe.registered || (pe.workerInc != 0 && ack.WorkerIncarnation != 0 && ack.WorkerIncarnation != pe.workerInc) {
-				return nil // a worker incarnation this registration does not know
-			}
 			return pe
 		}
 	}
@@ -233,6 +235,9 @@ func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
 			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
 			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
 			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: n, RoundTrip: rtt})
+		}
+		if !ok && ack.ProducerIncarnation == 0 {
+			return // an earlier build's answer to no batch in flight: perhaps to an earlier incarnation
 		}
 		p.acked(pe, ack.NextCursor, ack.Stored)
 		p.answered(pe)
@@ -451,8 +456,8 @@ entries:
 
 // windowOpen reports whether pe may have one more batch in flight. The
 // window is in entries and bytes, MaxBatchesInFlight full batches' worth
-// (MaxBatchMessages and MaxBatchBytes each), not in batches: small batches
-// under light load do not fill it (a window of 4 batches of ~3 messages
+// (MaxBatchMessages and MaxBatchBytes each), not in batches: MaxBatchesInFlight
+// full batches fill it, small batches under light load do not (a window of 4 batches of ~3 messages
 // held 57 % of the tail at 10,000 msg/s: docs/benchmarks.md). A version 1
 // worker gets one batch at a time: it takes a batch past its cursor as a
 // gap (told, but a loss) where a current one refuses it for a resend.
@@ -460,9 +465,11 @@ func (p *producer) windowOpen(pe *peer) bool {
 	if p.speaks(pe) == messages.PreviousProtocolVersion {
 		return pe.flight == 0
 	}
+	// Room for one more full batch: what is in flight stays within the
+	// window (and InFlightBytes), whatever the next batch's size.
 	return pe.flight < maxFlights &&
-		pe.flightMsgs < p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchMessages &&
-		pe.flightBytes < p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
+		pe.flightMsgs+p.cfg.MaxBatchMessages <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchMessages &&
+		pe.flightBytes+p.cfg.MaxBatchBytes <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
 }
 
 // maxFlights bounds the batches in flight to one node whatever their size,

@@ -115,15 +115,25 @@ func tailAnalysis(in *tailInput) string {
 			}
 		}
 		if in.System == sysOurs {
-			fmt.Fprintf(&sb, "node %d: %d batches sent, %d acked (node 0), %d received (node %d)", i, len(sends), len(flushes), len(batches), i)
-			bad := 0
-			for j := range min(len(flushes), len(batches)) {
-				if flushes[j].N != len(batches[j].Seqs) {
+			// One answer (Flushed) may acknowledge several batches
+			// (cumulative acks): each batch it covers was acked then.
+			answers, bad := len(flushes), 0
+			var perBatch []flushRec
+			for _, f := range flushes {
+				left := f.N
+				for left > 0 && len(perBatch) < len(batches) {
+					b := batches[len(perBatch)]
+					left -= len(b.Seqs)
+					perBatch = append(perBatch, flushRec{N: len(b.Seqs), At: f.At, RTT: f.RTT})
+				}
+				if left != 0 {
 					bad++
 				}
 			}
+			flushes = perBatch
+			fmt.Fprintf(&sb, "node %d: %d batches sent, %d acked in %d answers (node 0), %d received (node %d)", i, len(sends), len(flushes), answers, len(batches), i)
 			if bad > 0 || len(sends) != len(batches) {
-				fmt.Fprintf(&sb, " (MISMATCH: %d batches differ in size: the stages are unreliable)", bad)
+				fmt.Fprintf(&sb, " (MISMATCH: %d answers do not end at a batch's end: the stages are unreliable)", bad)
 			}
 			sb.WriteString("\n")
 		}

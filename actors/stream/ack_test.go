@@ -1,0 +1,151 @@
+package stream
+
+import (
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/messages"
+)
+
+// sendCtx is fakeCtx that also records what the actor sends, and to whom.
+type sendCtx struct {
+	fakeCtx
+	self  *actor.PID
+	sends []sent
+}
+
+type sent struct {
+	to  *actor.PID
+	msg interface{}
+}
+
+func (c *sendCtx) Self() *actor.PID                     { return c.self }
+func (c *sendCtx) Send(to *actor.PID, msg interface{}) { c.sends = append(c.sends, sent{to, msg}) }
+func (c *sendCtx) Respond(res interface{})              { c.Send(c.sender, res) }
+
+// encodedBatch is n entries on topic "t" from producer node "p",
+// incarnation 1, starting at first.
+func encodedBatch(first uint64, n int) *messages.Batch {
+	var e messages.BatchEncoder
+	for i := 0; i < n; i++ {
+		e.Add("t", "echopubsub.v1.CursorExpired", []byte{0x08, byte(i)}, "", "", 0)
+	}
+	return messages.Encoded(e.Encode(messages.BatchHeader{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz",
+		ProducerNode: "p", ProducerIncarnation: 1, Group: 1, FirstCursor: first}))
+}
+
+// A worker answers the batches a producer sent it itself (this build's
+// producers: the sender is the producer's PID) once for all those queued
+// together: the answer, sent when the flushAcks queued behind them is
+// handled, names the last batch and the cursor past it. Batches asked
+// through a future (earlier builds) are answered one by one, at once. A
+// refusal goes at once, after the held answer, so a producer reads its
+// answers in the order it sent.
+func TestWorkerAnswersQueuedBatchesOnce(t *testing.T) {
+	fw := newFuzzWorker()
+	w := fw.w.(*worker)
+	if ra, _ := ask(t, w, join("p", 1)); ra.Status != messages.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("join refused: %v %q", ra.Status, ra.Error)
+	}
+	self := actor.NewPID("worker-node", "echopubsub/fz/g1/worker")
+	prod := actor.NewPID("p", "echopubsub/fz/g1/producer")
+	var queued []interface{} // the worker's mailbox, as the test plays it
+	var out []sent
+	handle := func(msg interface{}, sender *actor.PID) {
+		ctx := &sendCtx{fakeCtx: fakeCtx{msg: msg, sender: sender}, self: self}
+		w.Receive(ctx)
+		for _, s := range ctx.sends {
+			if s.to == self {
+				queued = append(queued, s.msg)
+			} else {
+				out = append(out, s)
+			}
+		}
+	}
+	handle(encodedBatch(0, 2), prod)
+	handle(encodedBatch(2, 3), prod)
+	handle(encodedBatch(5, 1), prod)
+	if len(out) != 0 {
+		t.Fatalf("answers sent before the queued batches were handled: %v", out)
+	}
+	if len(queued) != 1 {
+		t.Fatalf("%d flushes queued, want 1", len(queued))
+	}
+	handle(queued[0], nil)
+	if len(out) != 1 {
+		t.Fatalf("%d answers to 3 queued batches, want 1", len(out))
+	}
+	ack := out[0].msg.(*messages.BatchAck)
+	if out[0].to != prod || ack.Status != messages.AckStatus_ACK_STATUS_OK || ack.NextCursor != 6 ||
+		ack.BatchFirstCursor == nil || *ack.BatchFirstCursor != 5 || ack.ProducerIncarnation != 1 {
+		t.Fatalf("answer %v to %v, want OK at 6 naming batch 5 of incarnation 1, to the producer", ack, out[0].to)
+	}
+
+	// A gap: held OK answer first, then the refusal, in that order.
+	out, queued = nil, nil
+	handle(encodedBatch(6, 1), prod)
+	handle(encodedBatch(9, 1), prod) // 7 and 8 lost on the way
+	if len(out) != 2 {
+		t.Fatalf("after a gap: %d answers, want the held one and the refusal", len(out))
+	}
+	if a := out[0].msg.(*messages.BatchAck); a.Status != messages.AckStatus_ACK_STATUS_OK || a.NextCursor != 7 {
+		t.Fatalf("first answer %v, want the held OK at 7", a)
+	}
+	if a := out[1].msg.(*messages.BatchAck); a.Status != messages.AckStatus_ACK_STATUS_OUT_OF_ORDER || a.NextCursor != 7 ||
+		a.BatchFirstCursor == nil || *a.BatchFirstCursor != 9 {
+		t.Fatalf("second answer %v, want OUT_OF_ORDER at 7 naming batch 9", a)
+	}
+	for _, q := range queued {
+		handle(q, nil)
+	}
+
+	// Through a future: one answer per batch, at once.
+	out = nil
+	future := actor.NewPID("p", "future$1")
+	handle(encodedBatch(7, 1), future)
+	handle(encodedBatch(8, 1), future)
+	if len(out) != 2 || out[0].msg.(*messages.BatchAck).NextCursor != 8 || out[1].msg.(*messages.BatchAck).NextCursor != 9 {
+		t.Fatalf("answers through a future: %v, want one per batch (8, 9)", out)
+	}
+}
+
+// answeredBy matches answers to flights: an answer that names its batch
+// covers every flight up to it; one from an earlier build (no name) covers
+// the oldest; one naming a batch no longer in flight covers none.
+func TestAnsweredByMatchesFlights(t *testing.T) {
+	fl := func(first, to uint64, epoch uint64) flight {
+		return flight{first: first, to: to, n: int(to - first), size: int(to-first) * 10, epoch: epoch}
+	}
+	fresh := func() *peer {
+		pe := &peer{}
+		pe.flights = []flight{fl(0, 2, 1), fl(2, 5, 1), fl(5, 6, 1)}
+		pe.flight, pe.flightMsgs, pe.flightBytes = 3, 6, 60
+		return pe
+	}
+	ok := messages.AckStatus_ACK_STATUS_OK
+
+	pe := fresh()
+	last, n, found := pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 5, BatchFirstCursor: proto.Uint64(2)})
+	if !found || last.first != 2 || n != 5 || pe.flight != 1 || pe.flightMsgs != 1 || pe.flightBytes != 10 || pe.flights[0].first != 5 {
+		t.Fatalf("cumulative answer: found=%v last=%v n=%d left %v (%d, %d msgs, %d bytes)", found, last, n, pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes)
+	}
+
+	pe = fresh()
+	last, n, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 2})
+	if !found || last.first != 0 || n != 2 || pe.flight != 2 {
+		t.Fatalf("earlier build's answer: found=%v last=%v n=%d, %d left", found, last, n, pe.flight)
+	}
+
+	pe = fresh()
+	if _, _, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 9, BatchFirstCursor: proto.Uint64(7)}); found || pe.flight != 3 {
+		t.Fatalf("answer to a batch not in flight matched (%v), %d left", found, pe.flight)
+	}
+
+	pe = fresh()
+	last, _, found = pe.answeredBy(&messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, NextCursor: 0, BatchFirstCursor: proto.Uint64(2)})
+	if !found || last.first != 2 || pe.flight != 1 {
+		t.Fatalf("refusal: found=%v last=%v, %d left", found, last, pe.flight)
+	}
+}
