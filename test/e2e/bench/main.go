@@ -92,21 +92,26 @@ type options struct {
 	maxPending int
 	maxFlight  int
 	rate       int
-	latSecs    float64
-	latency    bool
-	profile    bool
-	stall      time.Duration
-	doc, chart string
-	jsonOut    string
-	goBench    bool
-	quiet      bool
-	logDir     string
-	from       string
-	cmdline    string
-	memory     bool
-	memLimits  string
-	traceTail  bool
-	traceFrom  string
+	// extraRates: more offered loads for the latency runs (EchoPubSub at
+	// latIntervals, raw protoactor and NATS core only); latIntervals:
+	// EchoPubSub's BatchIntervals in the latency runs (default: intervals).
+	extraRates   []int
+	latIntervals []time.Duration
+	latSecs      float64
+	latency      bool
+	profile      bool
+	stall        time.Duration
+	doc, chart   string
+	jsonOut      string
+	goBench      bool
+	quiet        bool
+	logDir       string
+	from         string
+	cmdline      string
+	memory       bool
+	memLimits    string
+	traceTail    bool
+	traceFrom    string
 }
 
 // savedOptions is what a report needs of the options, saved with a run.
@@ -118,6 +123,8 @@ type savedOptions struct {
 	Reps      int             `json:"reps"`
 	Pubs      int             `json:"pubs"`
 	Rate      int             `json:"rate"`
+	Extra     []int           `json:"extra_rates,omitempty"`
+	LatIvs    []time.Duration `json:"latency_intervals,omitempty"`
 	LatSecs   float64         `json:"latency_secs"`
 	Warmup    int             `json:"warmup"`
 	NPeer     map[string]int  `json:"n_peer"`
@@ -125,12 +132,12 @@ type savedOptions struct {
 
 func savedOptionsOf(o *options) *savedOptions {
 	return &savedOptions{Systems: o.systems, Nodes: o.nodes, Intervals: o.intervals, Payloads: o.payloads, Reps: o.reps,
-		Pubs: o.pubs, Rate: o.rate, LatSecs: o.latSecs, Warmup: o.warmup, NPeer: o.nPeer}
+		Pubs: o.pubs, Rate: o.rate, Extra: o.extraRates, LatIvs: o.latIntervals, LatSecs: o.latSecs, Warmup: o.warmup, NPeer: o.nPeer}
 }
 
 func (s *savedOptions) options() *options {
 	return &options{systems: s.Systems, nodes: s.Nodes, intervals: s.Intervals, payloads: s.Payloads, reps: s.Reps,
-		pubs: s.Pubs, rate: s.Rate, latSecs: s.LatSecs, warmup: s.Warmup, nPeer: s.NPeer}
+		pubs: s.Pubs, rate: s.Rate, extraRates: s.Extra, latIntervals: s.LatIvs, latSecs: s.LatSecs, warmup: s.Warmup, nPeer: s.NPeer}
 }
 
 type savedRun struct {
@@ -154,6 +161,8 @@ func parseFlags(args []string) (*options, error) {
 	pubs := fs.Int("pubs", 4, "publishers on node 0")
 	warmup := fs.Int("warmup", 100_000, "messages of an uncounted warm-up repetition before the counted ones (capped at N; 0: none)")
 	rate := fs.Int("rate", 10_000, "offered load of the latency runs, msg/s")
+	extraRates := fs.String("extra-rates", "", "more offered loads for latency runs, msg/s, e.g. 1000,50000 (EchoPubSub, raw protoactor, NATS core; -full: 1000,50000)")
+	latIntervals := fs.String("lat-intervals", "", "EchoPubSub BatchIntervals of the latency runs (default: -intervals; -full: 0s,100ms,200ms, the last the default)")
 	latSecs := fs.Float64("latency-secs", 3, "length of a latency run")
 	latency := fs.Bool("latency", true, "run the latency scenarios (first node count, 10 B)")
 	profile := fs.Bool("profile", false, "CPU-profile EchoPubSub's publishing node and one receiver (first node count, 10 B)")
@@ -198,6 +207,12 @@ func parseFlags(args []string) (*options, error) {
 		if !set["payloads"] {
 			*payloads = "10,200"
 		}
+		if !set["extra-rates"] {
+			*extraRates = "1000,50000"
+		}
+		if !set["lat-intervals"] {
+			*latIntervals = "0s,100ms,200ms"
+		}
 		if !set["n"] {
 			*n = 1_000_000
 		}
@@ -239,6 +254,19 @@ func parseFlags(args []string) (*options, error) {
 			return nil, fmt.Errorf("-intervals: %w", err)
 		}
 		o.intervals = append(o.intervals, d)
+	}
+	if o.extraRates, err = ints(*extraRates); err != nil {
+		return nil, fmt.Errorf("-extra-rates: %w", err)
+	}
+	for _, s := range splitList(*latIntervals) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("-lat-intervals: %w", err)
+		}
+		o.latIntervals = append(o.latIntervals, d)
+	}
+	if len(o.latIntervals) == 0 {
+		o.latIntervals = o.intervals
 	}
 	for _, kv := range splitList(*nPeer) {
 		k, v, ok := strings.Cut(kv, "=")
@@ -336,16 +364,22 @@ func (o *options) matrix() []scenario {
 	return out
 }
 
-// latencyScenarios appends the latency runs to out.
+// latencyScenarios appends the latency runs to out: every system at -rate,
+// then EchoPubSub, raw protoactor and NATS core at each -extra-rates.
 func (o *options) latencyScenarios(out []scenario) []scenario {
-	n := int(float64(o.rate) * o.latSecs)
-	for _, sys := range o.systems {
-		ivs := []time.Duration{0}
-		if sys == sysOurs {
-			ivs = o.intervals
-		}
-		for _, iv := range ivs {
-			out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: o.rate})
+	for i, rate := range append([]int{o.rate}, o.extraRates...) {
+		n := int(float64(rate) * o.latSecs)
+		for _, sys := range o.systems {
+			if i > 0 && sys != sysOurs && sys != sysRaw && sys != sysNATS {
+				continue
+			}
+			ivs := []time.Duration{0}
+			if sys == sysOurs {
+				ivs = o.latIntervals
+			}
+			for _, iv := range ivs {
+				out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: rate})
+			}
 		}
 	}
 	return out

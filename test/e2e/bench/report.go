@@ -193,7 +193,19 @@ func (rp *report) throughput() []result {
 	return out
 }
 
+// latencies is the latency runs at the main offered load (-rate).
 func (rp *report) latencies() []result {
+	var out []result
+	for _, r := range rp.latenciesAll() {
+		if r.Rate == rp.opts.rate {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// latenciesAll is every latency run, at every offered load.
+func (rp *report) latenciesAll() []result {
 	var out []result
 	for _, r := range rp.results {
 		if r.Rate > 0 {
@@ -201,6 +213,17 @@ func (rp *report) latencies() []result {
 		}
 	}
 	return out
+}
+
+// latencyOf is the exact latency result of sys at rate (EchoPubSub at
+// BatchInterval iv).
+func (rp *report) latencyOf(sys string, rate int, iv time.Duration) *latResult {
+	for _, r := range rp.latenciesAll() {
+		if r.System == sys && r.Rate == rate && (sys != sysOurs || r.Interval == iv) && r.Valid && r.Lat != nil {
+			return r.Lat
+		}
+	}
+	return nil
 }
 
 // find returns the throughput result for these coordinates.
@@ -287,8 +310,8 @@ func (rp *report) tables() string {
 		}
 		fmt.Fprintf(&b, "%-62s %9d %24s %12s  %s\n", r.label(), r.N, r.cell(), bound, rssList(r.RSSKB))
 	}
-	if l := rp.latencies(); len(l) > 0 {
-		fmt.Fprintf(&b, "\n%-62s %9s %9s %9s %9s\n", "latency (remote subscribers)", "count", "p50 ms", "p99 ms", "max ms")
+	if l := rp.latenciesAll(); len(l) > 0 {
+		fmt.Fprintf(&b, "\n%-62s %9s %9s %9s %9s %9s\n", "latency (remote subscribers)", "count", "p50 ms", "p99 ms", "p99.9 ms", "max ms")
 		for _, r := range l {
 			if r.Lat == nil {
 				fmt.Fprintf(&b, "%-62s %s\n", r.label(), r.cell())
@@ -298,7 +321,7 @@ func (rp *report) tables() string {
 			if !r.Valid {
 				v = "  " + r.cell()
 			}
-			fmt.Fprintf(&b, "%-62s %9d %9.2f %9.2f %9.2f%s\n", r.label(), r.Lat.Count, r.Lat.P50, r.Lat.P99, r.Lat.Max, v)
+			fmt.Fprintf(&b, "%-62s %9d %9.2f %9.2f %9.2f %9.2f%s\n", r.label(), r.Lat.Count, r.Lat.P50, r.Lat.P99, r.Lat.P999, r.Lat.Max, v)
 		}
 	}
 	return b.String()
@@ -399,22 +422,42 @@ func (rp *report) markdown() string {
 	rp.targets(&b)
 	rp.targets17(&b)
 	rp.batchTargets(&b)
+	rp.tailTargets(&b)
 
 	if l := rp.latencies(); len(l) > 0 {
 		w("## Latency\n\nPublish to a remote subscriber (every node but node 0), %s msg/s offered by node 0 for %.0f s, %d nodes, %d B. Percentiles over every message every remote node received.\n\n", commas(float64(o.rate)), o.latSecs, o.nodes[0], o.payloads[0])
-		w("| system | messages | p50 ms | p99 ms | max ms | exact? |\n|---|---:|---:|---:|---:|---|\n")
-		for _, r := range l {
-			ok := "yes"
-			if !r.Valid {
-				ok = r.cell()
+		latRows := func(l []result, withRate bool) {
+			for _, r := range l {
+				ok := "yes"
+				if !r.Valid {
+					ok = r.cell()
+				}
+				rate := ""
+				if withRate {
+					rate = commas(float64(r.Rate)) + " | "
+				}
+				if r.Lat == nil {
+					w("| %s%s | | | | | | %s |\n", rate, rowLabel(rowKey{r.System, r.Interval}), ok)
+					continue
+				}
+				w("| %s%s | %d | %.2f | %.2f | %.2f | %.2f | %s |\n", rate, rowLabel(rowKey{r.System, r.Interval}), r.Lat.Count, r.Lat.P50, r.Lat.P99, r.Lat.P999, r.Lat.Max, ok)
 			}
-			if r.Lat == nil {
-				w("| %s | | | | | %s |\n", rowLabel(rowKey{r.System, r.Interval}), ok)
-				continue
-			}
-			w("| %s | %d | %.2f | %.2f | %.2f | %s |\n", rowLabel(rowKey{r.System, r.Interval}), r.Lat.Count, r.Lat.P50, r.Lat.P99, r.Lat.Max, ok)
 		}
+		w("| system | messages | p50 ms | p99 ms | p99.9 ms | max ms | exact? |\n|---|---:|---:|---:|---:|---:|---|\n")
+		latRows(l, false)
 		w("\n")
+		var other []result
+		for _, r := range rp.latenciesAll() {
+			if r.Rate != o.rate {
+				other = append(other, r)
+			}
+		}
+		if len(other) > 0 {
+			w("At other offered loads (EchoPubSub, raw protoactor and NATS core; same shape, %.0f s each):\n\n", o.latSecs)
+			w("| msg/s | system | messages | p50 ms | p99 ms | p99.9 ms | max ms | exact? |\n|---:|---|---:|---:|---:|---:|---:|---|\n")
+			latRows(other, true)
+			w("\n")
+		}
 	}
 
 	w("## Peak RSS per node\n\nVmHWM of each node process at the end of its scenario (node 0 publishes; the NATS server's own process is not counted), MiB.\n\n")
@@ -835,6 +878,45 @@ func (rp *report) batchTargets(b *strings.Builder) {
 	}
 	if rows.Len() > 0 {
 		fmt.Fprintf(b, "### Targets (issue 26: batching, throughput against the CPU, the tail)\n\n| target | measured | met? |\n|---|---|---|\n%s\n", rows.String())
+	}
+}
+
+// tailTargets is issue 42's table: the tail against raw protoactor and NATS
+// core at BatchInterval 0 (-rate), and throughput against raw at 10 B and
+// 200 B for every node count measured.
+func (rp *report) tailTargets(b *strings.Builder) {
+	var rows strings.Builder
+	rate := rp.opts.rate
+	ours, raw, nats := rp.latencyOf(sysOurs, rate, 0), rp.latencyOf(sysRaw, rate, 0), rp.latencyOf(sysNATS, rate, 0)
+	if ours != nil && raw != nil && nats != nil {
+		targetRow(&rows, fmt.Sprintf("p99 at %s msg/s, BatchInterval 0: <= NATS core's and <= 1.5x raw protoactor's", commas(float64(rate))), true,
+			fmt.Sprintf("%.2f ms (NATS core %.2f, raw %.2f: %.2fx raw)", ours.P99, nats.P99, raw.P99, ours.P99/math.Max(raw.P99, 1e-9)),
+			ours.P99 <= nats.P99 && ours.P99 <= 1.5*raw.P99)
+		targetRow(&rows, fmt.Sprintf("p99.9 at %s msg/s, BatchInterval 0: <= 2x raw protoactor's", commas(float64(rate))), ours.P999 > 0 && raw.P999 > 0,
+			fmt.Sprintf("%.2f ms (raw %.2f: %.2fx)", ours.P999, raw.P999, ours.P999/math.Max(raw.P999, 1e-9)), ours.P999 <= 2*raw.P999)
+	}
+	for _, c := range rp.columns() {
+		want := 3.0
+		if c.pad >= 200 {
+			want = 2.5
+		}
+		for _, iv := range []time.Duration{100 * time.Millisecond, 0} {
+			o, ok := rp.find(sysOurs, c.nodes, iv, c.pad)
+			raw, okRaw := rp.find(sysRaw, c.nodes, 0, c.pad)
+			if !ok || !okRaw {
+				continue
+			}
+			have := o.Valid && raw.Valid && o.MsgPerSec > 0 && raw.MsgPerSec > 0
+			val := fmt.Sprintf("%s = %.2fx raw (%s)", commas(o.MsgPerSec), o.MsgPerSec/math.Max(raw.MsgPerSec, 1), commas(raw.MsgPerSec))
+			if o.CPUNsPerDelivery > 0 && raw.CPUNsPerDelivery > 0 {
+				val += fmt.Sprintf("; CPU per delivery %.2f us (raw %.2f)", o.CPUNsPerDelivery/1000, raw.CPUNsPerDelivery/1000)
+			}
+			targetRow(&rows, fmt.Sprintf("%d nodes, %d B, BatchInterval %v: >= %.1fx raw protoactor", c.nodes, c.pad, iv, want), have, val,
+				o.MsgPerSec >= want*raw.MsgPerSec)
+		}
+	}
+	if rows.Len() > 0 {
+		fmt.Fprintf(b, "### Targets (issue 42: the tail, and throughput against raw)\n\n| target | measured | met? |\n|---|---|---|\n%s\n", rows.String())
 	}
 }
 

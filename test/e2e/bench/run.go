@@ -64,6 +64,7 @@ type latResult struct {
 	Count int     `json:"count"`
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms,omitempty"`
 	Max   float64 `json:"max_ms"`
 }
 
@@ -280,7 +281,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			ms := func(q float64) float64 {
 				return float64(all[int(math.Min(float64(len(all)-1), q*float64(len(all))))]) / 1e6
 			}
-			res.Lat = &latResult{Count: len(all), P50: ms(0.50), P99: ms(0.99), Max: float64(all[len(all)-1]) / 1e6}
+			res.Lat = &latResult{Count: len(all), P50: ms(0.50), P99: ms(0.99), P999: ms(0.999), Max: float64(all[len(all)-1]) / 1e6}
 		}
 		if r.traceTail {
 			if err := r.traceRun(tin, nodes, tag, res); err != nil {
