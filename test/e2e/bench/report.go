@@ -514,7 +514,9 @@ func (rp *report) markdown() string {
 	// Subscriptions at scale (issue 19) are measured by Go benchmarks run on
 	// their own (they take minutes and gigabytes): their section is kept in
 	// a file of its own, with the command that reproduces it.
-	for _, name := range []string{"subscriptions.md", "durable.md"} {
+	// Receipts, presence and durable streams likewise; every hand-written
+	// section lives in this directory, so that a new run keeps it.
+	for _, name := range []string{"receipts.md", "subscriptions.md", "presence.md", "durable.md"} {
 		if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", name)); err == nil {
 			w("%s\n\n", strings.TrimSpace(string(a)))
 		}
@@ -538,8 +540,10 @@ func (rp *report) markdown() string {
 			}
 		}
 	}
-	if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", "analysis.md")); err == nil {
-		w("%s\n", strings.TrimSpace(string(a)))
+	for _, name := range []string{"analysis.md", "figures.md"} {
+		if a, err := os.ReadFile(filepath.Join(goModRoot(), "test", "e2e", "bench", name)); err == nil {
+			w("%s\n\n", strings.TrimSpace(string(a)))
+		}
 	}
 	return b.String()
 }
