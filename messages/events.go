@@ -11,7 +11,9 @@ import "time"
 // system.EventStream.Subscribe). Each names the pubsub, the producer's pool
 // group and the peer node concerned. CapacityWarning is the fifth.
 type (
-	// Flushed: a node acknowledged a batch.
+	// Flushed: a node acknowledged batches. One answer may acknowledge
+	// several (the batches its worker had queued together): Messages counts
+	// the entries of all of them, RoundTrip is the last one's.
 	Flushed struct {
 		Pubsub    string
 		Group     uint32

@@ -21,9 +21,9 @@ type sent struct {
 	msg interface{}
 }
 
-func (c *sendCtx) Self() *actor.PID                     { return c.self }
+func (c *sendCtx) Self() *actor.PID                    { return c.self }
 func (c *sendCtx) Send(to *actor.PID, msg interface{}) { c.sends = append(c.sends, sent{to, msg}) }
-func (c *sendCtx) Respond(res interface{})              { c.Send(c.sender, res) }
+func (c *sendCtx) Respond(res interface{})             { c.Send(c.sender, res) }
 
 // encodedBatch is n entries on topic "t" from producer node "p",
 // incarnation 1, starting at first.
@@ -127,24 +127,24 @@ func TestAnsweredByMatchesFlights(t *testing.T) {
 	ok := messages.AckStatus_ACK_STATUS_OK
 
 	pe := fresh()
-	last, n, found := pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 5, BatchFirstCursor: proto.Uint64(2)})
-	if !found || last.first != 2 || n != 5 || pe.flight != 1 || pe.flightMsgs != 1 || pe.flightBytes != 10 || pe.flights[0].first != 5 {
+	last, n, batches, found := pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 5, BatchFirstCursor: proto.Uint64(2)})
+	if !found || last.first != 2 || n != 5 || batches != 2 || pe.flight != 1 || pe.flightMsgs != 1 || pe.flightBytes != 10 || pe.flights[0].first != 5 {
 		t.Fatalf("cumulative answer: found=%v last=%v n=%d left %v (%d, %d msgs, %d bytes)", found, last, n, pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes)
 	}
 
 	pe = fresh()
-	last, n, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 2})
-	if !found || last.first != 0 || n != 2 || pe.flight != 2 {
+	last, n, batches, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 2})
+	if !found || last.first != 0 || n != 2 || batches != 1 || pe.flight != 2 {
 		t.Fatalf("earlier build's answer: found=%v last=%v n=%d, %d left", found, last, n, pe.flight)
 	}
 
 	pe = fresh()
-	if _, _, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 9, BatchFirstCursor: proto.Uint64(7)}); found || pe.flight != 3 {
+	if _, _, _, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 9, BatchFirstCursor: proto.Uint64(7)}); found || pe.flight != 3 {
 		t.Fatalf("answer to a batch not in flight matched (%v), %d left", found, pe.flight)
 	}
 
 	pe = fresh()
-	last, _, found = pe.answeredBy(&messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, NextCursor: 0, BatchFirstCursor: proto.Uint64(2)})
+	last, _, _, found = pe.answeredBy(&messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, NextCursor: 0, BatchFirstCursor: proto.Uint64(2)})
 	if !found || last.first != 2 || pe.flight != 1 {
 		t.Fatalf("refusal: found=%v last=%v, %d left", found, last, pe.flight)
 	}

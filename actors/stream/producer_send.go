@@ -162,16 +162,16 @@ type flight struct {
 	sent      time.Time
 }
 
-// answeredBy removes from pe's flights those ack answers and returns the last
-// (ok false: none). A worker answers in the order it was sent, so an
+// answeredBy removes from pe's flights those ack answers and returns the last,
+// the entries and the batches answered (ok false: none). A worker answers in the order it was sent, so an
 // answer covers the oldest flights up to the batch it names: first, when
 // the worker says (BatchAck.batch_first_cursor, this build), or else the
 // oldest one (an earlier build answers every batch by itself). Flights
 // before the one named lost their answers (a connection dropped them):
 // they are answered too, as the worker took or refused them before.
-func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n int, ok bool) {
+func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n, batches int, ok bool) {
 	if len(pe.flights) == 0 {
-		return flight{}, 0, false
+		return flight{}, 0, 0, false
 	}
 	upTo := 0 // pop flights[:upTo+1]
 	if ack.BatchFirstCursor != nil {
@@ -183,7 +183,7 @@ func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n int, ok bool)
 			}
 		}
 		if upTo < 0 {
-			return flight{}, 0, false // a batch already given up on (onAckCheck)
+			return flight{}, 0, 0, false // a batch already given up on (onAckCheck)
 		}
 	}
 	for _, f := range pe.flights[:upTo+1] {
@@ -194,7 +194,7 @@ func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n int, ok bool)
 	}
 	last = pe.flights[upTo]
 	pe.flights = pe.flights[:copy(pe.flights, pe.flights[upTo+1:])]
-	return last, n, true
+	return last, n, upTo + 1, true
 }
 
 // peerOf is the peer whose worker sent ack, if it answers this producer
@@ -228,11 +228,11 @@ func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
 	if pe == nil {
 		return
 	}
-	f, n, ok := pe.answeredBy(ack)
+	f, n, batches, ok := pe.answeredBy(ack)
 	if ack.Status == messages.AckStatus_ACK_STATUS_OK {
 		if ok {
 			rtt := time.Since(f.sent)
-			p.m.BatchesAcked.Add(context.Background(), 1, pe.gauge.Attrs)
+			p.m.BatchesAcked.Add(context.Background(), int64(batches), pe.gauge.Attrs)
 			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
 			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: n, RoundTrip: rtt})
 		}

@@ -94,7 +94,7 @@ type options struct {
 	rate       int
 	// extraRates: more offered loads for the latency runs (EchoPubSub at
 	// latIntervals, raw protoactor and NATS core only); latIntervals:
-	// EchoPubSub's BatchIntervals in the latency runs (default: intervals).
+	// EchoPubSub's BatchInterval values in the latency runs (default: intervals).
 	extraRates   []int
 	latIntervals []time.Duration
 	latSecs      float64
