@@ -1182,9 +1182,15 @@ type RegisterAck struct {
 	// answered while the entry lasts repeats it, so the producer counts each
 	// told join once, however many answers were lost or repeated, and never
 	// counts a join the worker already held.
-	ToldJoin      uint64 `protobuf:"varint,10,opt,name=told_join,json=toldJoin,proto3" json:"told_join,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToldJoin uint64 `protobuf:"varint,10,opt,name=told_join,json=toldJoin,proto3" json:"told_join,omitempty"`
+	// The worker takes batches a producer sends as itself (not through a
+	// future) and answers them at that producer: one answer may acknowledge
+	// every batch queued before it, and names the last (BatchAck's
+	// producer_incarnation and batch_first_cursor). Absent from earlier
+	// builds: a producer then asks each batch through a future.
+	CumulativeAnswers bool `protobuf:"varint,11,opt,name=cumulative_answers,json=cumulativeAnswers,proto3" json:"cumulative_answers,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterAck) Reset() {
@@ -1285,6 +1291,13 @@ func (x *RegisterAck) GetToldJoin() uint64 {
 		return x.ToldJoin
 	}
 	return 0
+}
+
+func (x *RegisterAck) GetCumulativeAnswers() bool {
+	if x != nil {
+		return x.CumulativeAnswers
+	}
+	return false
 }
 
 // CursorExpired is sent to a subscriber when it fell behind producer `node`
@@ -2330,7 +2343,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x12batch_first_cursor\x18\n" +
 	" \x01(\x04H\x01R\x10batchFirstCursor\x88\x01\x01B\x0f\n" +
 	"\r_expired_fromB\x15\n" +
-	"\x13_batch_first_cursor\"\xec\x02\n" +
+	"\x13_batch_first_cursor\"\x9b\x03\n" +
 	"\vRegisterAck\x120\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x18.echopubsub.v1.AckStatusR\x06status\x12\x1f\n" +
 	"\vworker_node\x18\x02 \x01(\tR\n" +
@@ -2344,7 +2357,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\x06forgot\x18\b \x01(\bR\x06forgot\x12-\n" +
 	"\x12supported_versions\x18\t \x03(\rR\x11supportedVersions\x12\x1b\n" +
 	"\ttold_join\x18\n" +
-	" \x01(\x04R\btoldJoin\"\xdf\x01\n" +
+	" \x01(\x04R\btoldJoin\x12-\n" +
+	"\x12cumulative_answers\x18\v \x01(\bR\x11cumulativeAnswers\"\xdf\x01\n" +
 	"\rCursorExpired\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +

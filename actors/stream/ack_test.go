@@ -111,41 +111,66 @@ func TestWorkerAnswersQueuedBatchesOnce(t *testing.T) {
 	}
 }
 
-// answeredBy matches answers to flights: an answer that names its batch
-// covers every flight up to it; one from an earlier build (no name) covers
-// the oldest; one naming a batch no longer in flight covers none.
+// answeredBy matches answers to flights: an answer names its batch and
+// covers every flight up to it (FIFO: those before it lost their answers
+// or were answered with it); an OK answer also covers every flight that
+// ends at or below its cursor, wherever it is; an answer naming no flight
+// in flight covers none, unless OK and past some flight's end.
 func TestAnsweredByMatchesFlights(t *testing.T) {
 	fl := func(first, to uint64, epoch uint64) flight {
 		return flight{first: first, to: to, n: int(to - first), size: int(to-first) * 10, epoch: epoch}
 	}
-	fresh := func() *peer {
+	mk := func(fs ...flight) *peer {
 		pe := &peer{}
-		pe.flights = []flight{fl(0, 2, 1), fl(2, 5, 1), fl(5, 6, 1)}
-		pe.flight, pe.flightMsgs, pe.flightBytes = 3, 6, 60
+		for _, f := range fs {
+			pe.flights = append(pe.flights, f)
+			pe.flight++
+			pe.flightMsgs += f.n
+			pe.flightBytes += f.size
+		}
 		return pe
 	}
-	ok := messages.AckStatus_ACK_STATUS_OK
-
-	pe := fresh()
-	last, n, batches, found := pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 5, BatchFirstCursor: proto.Uint64(2)})
-	if !found || last.first != 2 || n != 5 || batches != 2 || pe.flight != 1 || pe.flightMsgs != 1 || pe.flightBytes != 10 || pe.flights[0].first != 5 {
-		t.Fatalf("cumulative answer: found=%v last=%v n=%d left %v (%d, %d msgs, %d bytes)", found, last, n, pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes)
-	}
-
-	pe = fresh()
-	last, n, batches, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 2})
-	if !found || last.first != 0 || n != 2 || batches != 1 || pe.flight != 2 {
-		t.Fatalf("earlier build's answer: found=%v last=%v n=%d, %d left", found, last, n, pe.flight)
-	}
-
-	pe = fresh()
-	if _, _, _, found = pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 9, BatchFirstCursor: proto.Uint64(7)}); found || pe.flight != 3 {
-		t.Fatalf("answer to a batch not in flight matched (%v), %d left", found, pe.flight)
-	}
-
-	pe = fresh()
-	last, _, _, found = pe.answeredBy(&messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OUT_OF_ORDER, NextCursor: 0, BatchFirstCursor: proto.Uint64(2)})
-	if !found || last.first != 2 || pe.flight != 1 {
-		t.Fatalf("refusal: found=%v last=%v, %d left", found, last, pe.flight)
+	ok, refused := messages.AckStatus_ACK_STATUS_OK, messages.AckStatus_ACK_STATUS_OUT_OF_ORDER
+	for _, tc := range []struct {
+		name       string
+		flights    []flight
+		ack        *messages.BatchAck
+		found      bool
+		lastFirst  uint64
+		n, batches int
+		left       []flight
+	}{
+		{"cumulative OK", []flight{fl(0, 2, 1), fl(2, 5, 1), fl(5, 6, 1)},
+			&messages.BatchAck{Status: ok, NextCursor: 5, BatchFirstCursor: proto.Uint64(2)}, true, 2, 5, 2, []flight{fl(5, 6, 1)}},
+		{"OK past the batch named (a resent batch the worker had)", []flight{fl(0, 2, 1), fl(2, 5, 1), fl(5, 6, 1)},
+			&messages.BatchAck{Status: ok, NextCursor: 9, BatchFirstCursor: proto.Uint64(2)}, true, 2, 6, 3, nil},
+		{"OK for the older of two copies of a range", []flight{fl(0, 2, 1), fl(2, 5, 1), fl(0, 2, 2)},
+			&messages.BatchAck{Status: ok, NextCursor: 2, BatchFirstCursor: proto.Uint64(0)}, true, 0, 4, 2, []flight{fl(2, 5, 1)}},
+		{"refusal", []flight{fl(0, 2, 1), fl(2, 5, 1), fl(5, 6, 1)},
+			&messages.BatchAck{Status: refused, NextCursor: 0, BatchFirstCursor: proto.Uint64(2)}, true, 2, 5, 2, []flight{fl(5, 6, 1)}},
+		{"refusal of a batch not in flight", []flight{fl(0, 2, 1), fl(2, 5, 1)},
+			&messages.BatchAck{Status: refused, NextCursor: 9, BatchFirstCursor: proto.Uint64(7)}, false, 0, 0, 0, []flight{fl(0, 2, 1), fl(2, 5, 1)}},
+		{"OK for a batch not in flight, below every flight's end", []flight{fl(3, 5, 1)},
+			&messages.BatchAck{Status: ok, NextCursor: 3, BatchFirstCursor: proto.Uint64(1)}, false, 0, 0, 0, []flight{fl(3, 5, 1)}},
+	} {
+		pe := mk(tc.flights...)
+		last, n, batches, found := pe.answeredBy(tc.ack)
+		if found != tc.found || (found && last.first != tc.lastFirst) || n != tc.n || batches != tc.batches {
+			t.Errorf("%s: found=%v last=%v n=%d batches=%d, want %v, first %d, %d, %d", tc.name, found, last, n, batches, tc.found, tc.lastFirst, tc.n, tc.batches)
+		}
+		msgs, size := 0, 0
+		for _, f := range tc.left {
+			msgs, size = msgs+f.n, size+f.size
+		}
+		if len(pe.flights) != len(tc.left) || pe.flight != len(tc.left) || pe.flightMsgs != msgs || pe.flightBytes != size {
+			t.Errorf("%s: left %v (%d, %d entries, %d bytes), want %v", tc.name, pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes, tc.left)
+			continue
+		}
+		for i := range tc.left {
+			if pe.flights[i] != tc.left[i] {
+				t.Errorf("%s: left %v, want %v", tc.name, pe.flights, tc.left)
+				break
+			}
+		}
 	}
 }

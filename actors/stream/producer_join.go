@@ -203,6 +203,7 @@ func (p *producer) joined(ctx actor.Context, pe *peer, ack *messages.RegisterAck
 	}
 	p.settleJoin(pe, ack.NextCursor, told, pe.workerInc == ack.WorkerIncarnation)
 	pe.next, pe.workerInc, pe.registered = ack.NextCursor, ack.WorkerIncarnation, true
+	pe.cumulative = ack.CumulativeAnswers
 	p.rewind(pe) // batches of a previous registration count for nothing here
 	pe.m.Incarnation = ack.WorkerIncarnation
 	p.log.Info().Str("peer", pe.m.Name).Uint64("next", pe.next).Uint32("protocol", p.speaks(pe)).Msg("registered with node")

@@ -73,7 +73,11 @@ type sending struct {
 	// worker answers in the order it was sent, and one OK answer may
 	// cover several (cumulative acks: see onBatchAck). checking: an
 	// ackCheck is scheduled (checkCancel cancels it).
-	flights                 []flight
+	flights []flight
+	// cumulative: the worker incarnation joined answers batches sent as
+	// the producer itself, cumulatively (RegisterAck.cumulative_answers);
+	// false: one future per batch (an earlier build).
+	cumulative              bool
 	flightMsgs, flightBytes int
 	checking                bool
 	checkCancel             scheduler.CancelFunc

@@ -2,10 +2,12 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/internal/plant"
@@ -121,14 +123,16 @@ func (p *producer) rewind(pe *peer) {
 // the producer sends again from the worker's cursor, so the stream a worker
 // delivers has no hole, whatever the network dropped.
 //
-// The batch goes as a request whose sender is the producer itself, not a
-// future: the worker's answer arrives as a message (onBatchAck), and one
-// answer may acknowledge every batch up to its cursor (a worker of this
-// build answers the batches queued in its mailbox together). A future per
-// batch cost a process registration, a timer and a continuation each, and
-// an answer per batch a write on the receiver and a read here
-// (docs/benchmarks.md, "Figures behind code comments"). One check per peer
-// (onAckCheck) stands in for the futures' timeouts.
+// To a worker that answers cumulatively (RegisterAck.cumulative_answers,
+// this build) the batch goes as a request whose sender is the producer
+// itself, not a future: the answer arrives as a message (onBatchAck), and
+// one answer may acknowledge every batch the worker had queued before it.
+// A future per batch cost a process registration, a timer and a
+// continuation each, and an answer per batch a write on the receiver and a
+// read here (docs/benchmarks.md, "Figures behind code comments"). An
+// earlier build answers every batch through its own future, as before. One
+// check per peer (onAckCheck) stands in for the futures' timeouts either
+// way.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	b := p.batch(d, p.speaks(pe))
 	target := d.From + uint64(b.n)
@@ -147,7 +151,28 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 	pe.flight++
 	pe.flightMsgs += b.n
 	pe.flightBytes += b.size
-	ctx.Request(pe.worker, b.wire)
+	if pe.cumulative {
+		ctx.Request(pe.worker, b.wire)
+	} else {
+		first, epoch := d.From, pe.epoch
+		f := ctx.RequestFuture(pe.worker, b.wire, p.cfg.CallTimeout)
+		ctx.ReenterAfter(f, func(res interface{}, err error) {
+			if p.dead || p.peers[pe.m.Name] != pe {
+				return
+			}
+			ack, ok := res.(*messages.BatchAck)
+			if err == nil && !ok {
+				err = fmt.Errorf("batch answered with %T", res)
+			}
+			if err != nil {
+				p.futureFailed(ctx, pe, first, epoch, err)
+				return
+			}
+			// The answer to this very batch, whatever it says.
+			ack.ProducerIncarnation, ack.BatchFirstCursor = p.inc, proto.Uint64(first)
+			p.onAnswer(ctx, pe, ack)
+		})
+	}
 	if !pe.checking {
 		pe.checking = true
 		pe.checkCancel = p.sched.SendOnce(p.cfg.CallTimeout, ctx.Self(), &ackCheck{node: pe.m.Name})
@@ -162,73 +187,71 @@ type flight struct {
 	sent      time.Time
 }
 
-// answeredBy removes from pe's flights those ack answers and returns the last,
-// the entries and the batches answered (ok false: none). A worker answers in the order it was sent, so an
-// answer covers the oldest flights up to the batch it names: first, when
-// the worker says (BatchAck.batch_first_cursor, this build), or else the
-// oldest one (an earlier build answers every batch by itself). Flights
-// before the one named lost their answers (a connection dropped them):
-// they are answered too, as the worker took or refused them before.
+// answeredBy removes from pe's flights those ack answers. A worker answers
+// in the order it was sent, and names the batch it answers (the last of
+// those it answers at once): the flights up to the first one from that
+// cursor are answered (those before it lost their answers, or were
+// answered with it). An OK answer also answers every flight that ends at
+// or below its cursor, wherever it is (a batch sent again that the worker
+// had). It returns the named flight (the last removed when none is named),
+// the entries and the batches removed; ok false: none.
 func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n, batches int, ok bool) {
-	if len(pe.flights) == 0 {
-		return flight{}, 0, 0, false
+	upTo := -1
+	for i, f := range pe.flights {
+		if f.first == ack.GetBatchFirstCursor() {
+			upTo = i
+			break
+		}
 	}
-	upTo := 0 // pop flights[:upTo+1]
-	if ack.BatchFirstCursor != nil {
-		upTo = -1
-		for i, f := range pe.flights {
-			if f.first == *ack.BatchFirstCursor && (ack.Status != messages.AckStatus_ACK_STATUS_OK || f.to == ack.NextCursor) {
-				upTo = i
-				break
+	okAnswer := ack.Status == messages.AckStatus_ACK_STATUS_OK
+	keep := pe.flights[:0]
+	for i, f := range pe.flights {
+		if i <= upTo || (okAnswer && f.to <= ack.NextCursor) {
+			n += f.n
+			batches++
+			pe.flight--
+			pe.flightMsgs -= f.n
+			pe.flightBytes -= f.size
+			if i == upTo || upTo < 0 {
+				last = f
 			}
+			continue
 		}
-		if upTo < 0 {
-			return flight{}, 0, 0, false // a batch already given up on (onAckCheck)
-		}
+		keep = append(keep, f)
 	}
-	for _, f := range pe.flights[:upTo+1] {
-		n += f.n
-		pe.flight--
-		pe.flightMsgs -= f.n
-		pe.flightBytes -= f.size
-	}
-	last = pe.flights[upTo]
-	pe.flights = pe.flights[:copy(pe.flights, pe.flights[upTo+1:])]
-	return last, n, upTo + 1, true
+	clear(pe.flights[len(keep):])
+	pe.flights = keep
+	return last, n, batches, batches > 0
 }
 
-// peerOf is the peer whose worker sent ack, if it answers this producer
-// incarnation. A worker of an earlier build does not say which; its
-// answers to an earlier incarnation arrive before its answer to this one's
-// Register, on the same connection, so while nothing is in flight: an
-// answer of an earlier build that matches no flight is dropped.
-func (p *producer) peerOf(ack *messages.BatchAck) *peer {
-	if ack.ProducerIncarnation != 0 && ack.ProducerIncarnation != p.inc {
-		return nil // an answer to an earlier incarnation of this producer
+// onBatchAck takes a worker's answer sent to the producer itself (see
+// sendBatch). It must name this producer incarnation and the batch it
+// answers: anything else is not an answer to this producer's batches (an
+// earlier incarnation's, or forged: the guard admits an ack from anyone
+// that names a member node, and only members are sent this incarnation).
+func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
+	if p.dead || p.ring == nil || ack.ProducerIncarnation != p.inc || ack.BatchFirstCursor == nil {
+		return
 	}
 	for _, pe := range p.peers {
-		// Any worker incarnation: a restarted worker's answer
-		// (UNKNOWN_PRODUCER) is what makes this producer register again.
 		if pe.m.Address == ack.WorkerNode || pe.m.Name == ack.WorkerNode {
-			return pe
+			if pe.cumulative {
+				p.onAnswer(ctx, pe, ack)
+			}
+			return
 		}
 	}
-	return nil
 }
 
-// onBatchAck handles a worker's answer to batches (see sendBatch). Only an
-// OK answer moves the read cursor, to the cursor the worker says it
-// delivered up to (acked): whatever the accounting of flights, a cursor
-// never moves past what the worker delivered.
-func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
-	if p.dead || p.ring == nil {
-		return
-	}
-	pe := p.peerOf(ack)
-	if pe == nil {
-		return
-	}
+// onAnswer handles a worker's answer to pe's batches. Only an OK answer
+// moves the read cursor, to the cursor the worker says it delivered up to
+// (acked): whatever the accounting of flights, a cursor never moves past
+// what the worker delivered.
+func (p *producer) onAnswer(ctx actor.Context, pe *peer, ack *messages.BatchAck) {
 	f, n, batches, ok := pe.answeredBy(ack)
+	if pe.flight == 0 {
+		p.stopCheck(pe)
+	}
 	if ack.Status == messages.AckStatus_ACK_STATUS_OK {
 		if ok {
 			rtt := time.Since(f.sent)
@@ -236,14 +259,8 @@ func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
 			p.m.RoundTrip.Record(context.Background(), rtt.Seconds(), pe.gauge.Attrs)
 			ctx.ActorSystem().EventStream.Publish(&messages.Flushed{Pubsub: p.cfg.Name, Group: p.group, Node: pe.m.Name, Messages: n, RoundTrip: rtt})
 		}
-		if !ok && ack.ProducerIncarnation == 0 {
-			return // an earlier build's answer to no batch in flight: perhaps to an earlier incarnation
-		}
 		p.acked(pe, ack.NextCursor, ack.Stored)
 		p.answered(pe)
-		if pe.flight == 0 {
-			p.stopCheck(pe)
-		}
 		// Room in the window: a full batch goes now; a part batch at the
 		// flush armFlush sends (BatchInterval 0: it runs after the writes
 		// queued meanwhile), or, with a BatchInterval, once nothing is in
@@ -257,10 +274,7 @@ func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
 		return
 	}
 	if !ok {
-		return // an answer to a batch given up on: handled then
-	}
-	if pe.flight == 0 {
-		p.stopCheck(pe)
+		return // an answer to a batch given up on (onAckCheck): handled then
 	}
 	if ack.Status == messages.AckStatus_ACK_STATUS_OUT_OF_ORDER {
 		// The worker missed a batch before this one: everything below its
@@ -289,6 +303,36 @@ func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
 	p.failed(ctx, pe, fmt.Errorf("%s", pe.lastErr))
 }
 
+// futureFailed handles a batch's future that ended without an answer. A
+// timeout is onAckCheck's to handle (it gives up on every flight at once);
+// any other error (the node says no such worker runs, a dead letter) fails
+// the call at once, as before.
+func (p *producer) futureFailed(ctx actor.Context, pe *peer, first, epoch uint64, err error) {
+	if errors.Is(err, actor.ErrTimeout) {
+		return
+	}
+	for i, f := range pe.flights {
+		if f.first == first && f.epoch == epoch {
+			pe.flights = append(pe.flights[:i], pe.flights[i+1:]...)
+			pe.flight--
+			pe.flightMsgs -= f.n
+			pe.flightBytes -= f.size
+			break
+		}
+	}
+	if pe.flight == 0 {
+		p.stopCheck(pe)
+	}
+	if epoch != pe.epoch {
+		if pe.flight == 0 {
+			p.service(ctx, pe)
+		}
+		return
+	}
+	p.rewind(pe)
+	p.failed(ctx, pe, err)
+}
+
 // onAckCheck gives up on pe's batches once the oldest has waited
 // CallTimeout for its answer, as a future's timeout did: they count as
 // lost, and the peer is retried from its cursor after RetryInterval.
@@ -311,6 +355,7 @@ func (p *producer) onAckCheck(ctx actor.Context, m *ackCheck) {
 	for _, f := range pe.flights {
 		current = current || f.epoch == pe.epoch
 	}
+	clear(pe.flights)
 	pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes = pe.flights[:0], 0, 0, 0
 	if !current { // only batches of an earlier epoch: their failure is handled
 		p.service(ctx, pe)

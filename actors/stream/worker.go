@@ -115,6 +115,7 @@ type pendingAck struct {
 	node string
 	to   *actor.PID
 	ack  *messages.BatchAck
+	reqs []proto.Message // with a hook: the batches it answers, for hook.Acked when it goes
 }
 
 // flushAcks sends the pending answers: it is queued behind the batches in
@@ -161,8 +162,14 @@ func newWorker(cfg core.Config, group uint32, node string, inc uint64, started t
 
 func (w *worker) Receive(ctx actor.Context) {
 	msg := ctx.Message()
-	if _, ok := msg.(*flushAcks); ok {
+	switch msg.(type) {
+	case *flushAcks:
 		w.flushQueued = false
+		w.flush(ctx)
+		return
+	case *actor.Stopping, *actor.Restarting:
+		// Answers held for batches this worker delivered go now: the
+		// flushAcks behind them would not run.
 		w.flush(ctx)
 		return
 	}
@@ -210,57 +217,81 @@ func (w *worker) Receive(ctx actor.Context) {
 	}
 	if ctx.Sender() != nil {
 		w.answer(ctx, from, req, res)
-	}
-	if w.hook != nil {
+	} else if w.hook != nil {
 		w.hook.Acked(from, req)
 	}
 }
 
 // answer sends res to the sender of req. An OK answer to a batch sent by a
-// producer itself (not through a future: this build's producers) is held
-// until the batches queued behind it are handled: one answer then
-// acknowledges them all, as its cursor covers them (cumulative acks: a
-// receiving node wrote an answer per batch, and its producer read one).
-// Every other answer goes at once, after the held ones, so that a producer
-// gets its answers in the order it sent the requests.
+// producer itself (not through a future: this build's producers, to a
+// worker that says RegisterAck.cumulative_answers) is held until the
+// batches queued behind it are handled: one answer then acknowledges them
+// all, as its cursor covers them (cumulative acks: a receiving node wrote
+// an answer per batch, and its producer read one). Every other answer goes
+// at once, after the held ones, so that a producer gets its answers in the
+// order it sent the requests. The hook is told an answer went when it
+// goes.
 func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) {
 	b, isBatch := req.(*messages.Batch)
 	ack, isAck := res.(*messages.BatchAck)
 	if isBatch && isAck {
 		ack.ProducerIncarnation, ack.BatchFirstCursor = b.ProducerIncarnation, proto.Uint64(b.FirstCursor)
 		if ack.Status == messages.AckStatus_ACK_STATUS_OK && fromProducer(ctx.Sender()) {
-			for i := range w.pending {
-				if w.pending[i].node != from {
-					continue
-				}
-				if w.pending[i].ack.Stored == ack.Stored {
-					w.pending[i].to, w.pending[i].ack = ctx.Sender(), ack
-					return
-				}
-				// Stored differs: the held answer goes first, as one
-				// answer says stored of every batch it covers.
-				ctx.Send(w.pending[i].to, w.pending[i].ack)
-				w.pending[i].to, w.pending[i].ack = ctx.Sender(), ack
-				return
-			}
-			w.pending = append(w.pending, pendingAck{node: from, to: ctx.Sender(), ack: ack})
-			if !w.flushQueued {
-				w.flushQueued = true
-				ctx.Send(ctx.Self(), &flushAcks{})
-			}
+			w.hold(ctx, from, req, ack)
 			return
 		}
 	}
 	w.flush(ctx)
 	ctx.Respond(res)
+	if w.hook != nil {
+		w.hook.Acked(from, req)
+	}
+}
+
+// hold keeps ack, an OK answer to batch req from node from, until flush.
+// It replaces the answer held for that node, which its cursor covers,
+// unless they differ in stored: one answer says stored of every batch it
+// covers, so the held one goes first.
+func (w *worker) hold(ctx actor.Context, from string, req proto.Message, ack *messages.BatchAck) {
+	i := 0
+	for i < len(w.pending) && w.pending[i].node != from {
+		i++
+	}
+	if i == len(w.pending) {
+		w.pending = append(w.pending, pendingAck{node: from})
+	} else if w.pending[i].ack.Stored != ack.Stored {
+		w.send(ctx, &w.pending[i])
+	}
+	pa := &w.pending[i]
+	pa.to, pa.ack = ctx.Sender(), ack
+	if w.hook != nil {
+		pa.reqs = append(pa.reqs, req)
+	}
+	if !w.flushQueued {
+		w.flushQueued = true
+		ctx.Send(ctx.Self(), &flushAcks{})
+	}
+}
+
+// send sends the answer pa holds and empties it.
+func (w *worker) send(ctx actor.Context, pa *pendingAck) {
+	ctx.Send(pa.to, pa.ack)
+	if w.hook != nil {
+		for _, r := range pa.reqs {
+			w.hook.Acked(pa.node, r)
+		}
+	}
+	pa.to, pa.ack, pa.reqs = nil, nil, pa.reqs[:0]
 }
 
 // flush sends the held answers.
 func (w *worker) flush(ctx actor.Context) {
-	for i, p := range w.pending {
-		ctx.Send(p.to, p.ack)
-		w.pending[i] = pendingAck{}
+	for i := range w.pending {
+		if w.pending[i].ack != nil {
+			w.send(ctx, &w.pending[i])
+		}
 	}
+	clear(w.pending)
 	w.pending = w.pending[:0]
 }
 
@@ -354,7 +385,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		return &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc, NextCursor: k.expected}
 	}
 	ack := &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc,
-		StartedAgoNanos: w.startedAgo(), SupportedVersions: messages.SupportedVersions()}
+		StartedAgoNanos: w.startedAgo(), SupportedVersions: messages.SupportedVersions(), CumulativeAnswers: true}
 	if k != nil && k.incarnation == m.ProducerIncarnation {
 		k.seen = time.Now()
 		ack.Known, ack.NextCursor, ack.ToldJoin = true, k.expected, k.toldJoin
