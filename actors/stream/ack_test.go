@@ -174,3 +174,54 @@ func TestAnsweredByMatchesFlights(t *testing.T) {
 		}
 	}
 }
+
+// Held answers: one answer says stored of every batch it covers, so an
+// answer whose stored differs from the held one's sends the held one
+// first; the hook hears of each batch's answer when it goes, not when it is
+// held; a worker told to stop sends what it holds (the flushAcks behind
+// them would not run); and a registration says the worker answers
+// cumulatively.
+func TestWorkerHeldAnswers(t *testing.T) {
+	fw := newFuzzWorker()
+	w := fw.w.(*worker)
+	hook := &fromHook{model: fw.m}
+	w.hook = hook
+	if ra, _ := ask(t, w, join("p", 1)); ra.Status != messages.AckStatus_ACK_STATUS_OK || !ra.CumulativeAnswers {
+		t.Fatalf("join answered %v %q, cumulative_answers %v: want OK, true", ra.Status, ra.Error, ra.CumulativeAnswers)
+	}
+	hook.from = nil
+	self := actor.NewPID("worker-node", "echopubsub/fz/g1/worker")
+	prod := actor.NewPID("p", "echopubsub/fz/g1/producer")
+	var out []sent
+	answer := func(first uint64, stored bool) {
+		ctx := &sendCtx{fakeCtx: fakeCtx{sender: prod}, self: self}
+		w.answer(ctx, "p", &messages.Batch{ProducerNode: "p", ProducerIncarnation: 1, FirstCursor: first},
+			&messages.BatchAck{Status: messages.AckStatus_ACK_STATUS_OK, NextCursor: first + 1, Stored: stored})
+		for _, s := range ctx.sends {
+			if s.to != self {
+				out = append(out, s)
+			}
+		}
+	}
+	answer(0, true)
+	answer(1, true)
+	if len(out) != 0 || len(hook.from) != 0 {
+		t.Fatalf("answers sent (%d) or told to the hook (%d) while held", len(out), len(hook.from))
+	}
+	answer(2, false) // stored differs: the held answer (at 2, stored) goes first
+	if len(out) != 1 || !out[0].msg.(*messages.BatchAck).Stored || out[0].msg.(*messages.BatchAck).NextCursor != 2 {
+		t.Fatalf("after an answer of another stored: sent %v, want the held one (stored, at 2)", out)
+	}
+	if len(hook.from) != 2 {
+		t.Fatalf("hook told of %d answers, want the 2 the sent answer covers", len(hook.from))
+	}
+	ctx := &sendCtx{fakeCtx: fakeCtx{msg: &actor.Stopping{}}, self: self}
+	w.Receive(ctx)
+	if len(ctx.sends) != 1 || ctx.sends[0].to != prod || ctx.sends[0].msg.(*messages.BatchAck).NextCursor != 3 ||
+		ctx.sends[0].msg.(*messages.BatchAck).Stored {
+		t.Fatalf("told to stop, the worker sent %v, want the held answer (at 3, not stored) to the producer", ctx.sends)
+	}
+	if len(hook.from) != 3 {
+		t.Fatalf("hook told of %d answers, want 3", len(hook.from))
+	}
+}
