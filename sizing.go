@@ -13,10 +13,11 @@ func (c Config) BufferBytes(payloadBytes int) int64 {
 }
 
 // InFlightBytes is the most the batches in flight from this node to the
-// other nodes-1 can hold: per producer and peer, MaxBatchesInFlight batches
-// of MaxBatchBytes (or MaxBatchMessages entries of payloadBytes, whichever
-// is less), each held three times until acknowledged: the batch, its
-// encoding, and gRPC's frame around it.
+// other nodes-1 can hold: per producer and peer, the window of
+// MaxBatchesInFlight full batches' worth, a batch being MaxBatchBytes (or
+// MaxBatchMessages entries of payloadBytes, whichever is less), each held
+// three times until acknowledged: the batch, its encoding, and gRPC's
+// frame around it.
 func (c Config) InFlightBytes(payloadBytes, nodes int) int64 {
 	batch := min(int64(c.MaxBatchBytes), int64(c.MaxBatchMessages)*int64(payloadBytes+batchEntryBytes))
 	return int64(c.PoolSize) * int64(max(nodes-1, 0)) * int64(c.MaxBatchesInFlight) * batch * 3

@@ -62,7 +62,8 @@ type joining struct {
 // sending is a peer's batches in flight (producer_send.go).
 type sending struct {
 	// sent is the end of the last batch sent (next <= sent): batches cover
-	// [next, sent), up to MaxBatchesInFlight of them (flight) at once. epoch
+	// [next, sent), within the window (windowOpen: MaxBatchesInFlight full
+	// batches' worth, flight batches of any size at once). epoch
 	// changes whenever sent is wound back to next (a refused, lost or
 	// failed batch), so answers to batches sent before count as acks only.
 	sent   uint64
