@@ -1,10 +1,12 @@
 package echopubsub_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub/messages"
 	"github.com/echopubsub/echopubsub/test"
@@ -78,5 +80,52 @@ func registered(t *testing.T, nodes []*test.Node) {
 					test.Sprintf("%s never registered with %s", nd.Addr, other.Addr))
 			}
 		}
+	}
+}
+
+// A rolling upgrade past cumulative answers: a worker of the build before
+// (a test build: it answers each batch through the future that asked it,
+// and its registration does not say cumulative_answers) is sent every
+// batch through a future, several in flight, and the current worker gets
+// cumulative answers' requests; batches lost on the way to the earlier
+// build are refused and sent again. Both ways, every message arrives in
+// order, and nobody is told anything.
+func TestEarlierBuildWorkerAnswersPerBatch(t *testing.T) {
+	cfg := fastConfig()
+	cfg.BufferSize = 1000
+	cfg.BatchInterval = 0
+	cfg.MaxBatchMessages = 4 // several batches in flight at once
+	log := test.Logger(t, zerolog.InfoLevel)
+	nodes, addrs := test.NewNodes(t, 2, log)
+	nodes[1].Faults.AnswerPerBatch(true)
+	for _, nd := range nodes {
+		nd.Start(t, cfg, staticOf(addrs))
+	}
+	registered(t, nodes)
+	fwd, back := nodes[1].Subscribe(t, "fwd"), nodes[0].Subscribe(t, "back")
+	var mu sync.Mutex
+	lost := 0
+	nodes[1].Faults.SetOnReceive(func(_ string, req proto.Message) {
+		if b, ok := req.(*messages.Batch); ok && b.FirstCursor > 0 && b.FirstCursor%37 < 4 {
+			mu.Lock()
+			defer mu.Unlock()
+			if lost < 5 {
+				lost++
+				nodes[1].Faults.DropReceived(1) // this batch: lost on the way
+			}
+		}
+	})
+	for i := uint64(1); i <= 300; i++ {
+		nodes[0].Broadcast(t, "fwd", stamp(i))  // current producer -> earlier build's worker
+		nodes[1].Broadcast(t, "back", stamp(i)) // earlier build's producer (current code) -> current worker
+	}
+	wantUpTo(t, fwd, 300)
+	wantUpTo(t, back, 300)
+	noExpiry(t, fwd)
+	noExpiry(t, back)
+	mu.Lock()
+	defer mu.Unlock()
+	if lost == 0 {
+		t.Fatalf("no batch was lost on the way: the test did not exercise a refusal")
 	}
 }

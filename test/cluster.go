@@ -202,6 +202,23 @@ type Faults struct {
 	onReceive func(from string, req proto.Message)
 	onSend    func(node string, req proto.Message)
 	version   uint32 // pinned protocol version (0: current); read at Start
+	perBatch  bool   // workers answer as an earlier build (faults.PerBatch); read at Start
+}
+
+// AnswerPerBatch makes the node's next Start's workers answer as a build
+// before cumulative answers: each batch through its own future, and no
+// cumulative_answers in their registrations. Call it before Start.
+func (f *Faults) AnswerPerBatch(on bool) {
+	f.mu.Lock()
+	f.perBatch = on
+	f.mu.Unlock()
+}
+
+// PerBatchAnswers implements faults.PerBatch.
+func (f *Faults) PerBatchAnswers() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.perBatch
 }
 
 // PinProtocolVersion makes the node's next Start a build of protocol

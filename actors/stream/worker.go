@@ -107,6 +107,9 @@ type worker struct {
 	// whether a flushAcks is in the mailbox (see answer).
 	pending     []pendingAck
 	flushQueued bool
+	// perBatch: answer as a build before cumulative answers (a test build:
+	// faults.PerBatch).
+	perBatch bool
 }
 
 // pendingAck is an OK answer to a producer's batches, held until the
@@ -156,7 +159,7 @@ func newWorker(cfg core.Config, group uint32, node string, inc uint64, started t
 	log = log.With().Uint32("group", group).Logger()
 	return func() actor.Actor {
 		return &worker{cfg: cfg, group: group, node: node, inc: inc, started: started, table: table, d: d, hook: hook, m: m, log: log,
-			version: faults.Version(hook)}
+			version: faults.Version(hook), perBatch: faults.AnswersPerBatch(hook)}
 	}
 }
 
@@ -234,7 +237,7 @@ func (w *worker) Receive(ctx actor.Context) {
 func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) {
 	b, isBatch := req.(*messages.Batch)
 	ack, isAck := res.(*messages.BatchAck)
-	if isBatch && isAck {
+	if isBatch && isAck && !w.perBatch {
 		ack.ProducerIncarnation, ack.BatchFirstCursor = b.ProducerIncarnation, proto.Uint64(b.FirstCursor)
 		if ack.Status == messages.AckStatus_ACK_STATUS_OK && fromProducer(ctx.Sender()) {
 			w.hold(ctx, from, req, ack)
@@ -385,7 +388,7 @@ func (w *worker) register(m *messages.Register) *messages.RegisterAck {
 		return &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc, NextCursor: k.expected}
 	}
 	ack := &messages.RegisterAck{Status: messages.AckStatus_ACK_STATUS_OK, WorkerNode: w.node, WorkerIncarnation: w.inc,
-		StartedAgoNanos: w.startedAgo(), SupportedVersions: messages.SupportedVersions(), CumulativeAnswers: true}
+		StartedAgoNanos: w.startedAgo(), SupportedVersions: messages.SupportedVersions(), CumulativeAnswers: !w.perBatch}
 	if k != nil && k.incarnation == m.ProducerIncarnation {
 		k.seen = time.Now()
 		ack.Known, ack.NextCursor, ack.ToldJoin = true, k.expected, k.toldJoin

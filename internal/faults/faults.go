@@ -50,3 +50,18 @@ func Version(h Hook) uint32 {
 	}
 	return messages.ProtocolVersion
 }
+
+// PerBatch is implemented by a Hook that can make its node's workers
+// answer as a build before cumulative answers did: every batch through the
+// future that asked it, and no RegisterAck.cumulative_answers (mixed-build
+// tests of the transport).
+type PerBatch interface {
+	PerBatchAnswers() bool
+}
+
+// AnswersPerBatch reports whether a worker with hook h answers as an
+// earlier build (see PerBatch).
+func AnswersPerBatch(h Hook) bool {
+	p, ok := h.(PerBatch)
+	return ok && p.PerBatchAnswers()
+}
