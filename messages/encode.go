@@ -20,8 +20,8 @@ import (
 // copies instead (one more pass over the payloads) when the room was too
 // small, when the batch fills less than half of the buffer (the buffer is
 // kept for the next batch, as for a small batch after a large one), or for
-// a second Encode of the same entries. At 200 B payloads that copy was
-// 16 % of a publishing node's CPU (issue 42's profile).
+// a second Encode of the same entries. That copy was a third of encoding
+// a batch of 10,000 entries of 200 B (BenchmarkBatchEncode).
 //
 // An encoder is reused batch after batch (Reset); after a hand-over the
 // next batch gets a new buffer as large as the last one and a sixteenth.
