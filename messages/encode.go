@@ -13,40 +13,17 @@ import (
 // without protobuf's reflective marshal. A producer encodes a batch once and
 // sends the bytes to every node that needs that range (Encoded).
 //
-// The payloads are copied once, by Add, into the buffer Encode returns:
-// Add leaves room before them for the fields that precede them on the wire
-// (the header, the names, the columns), sized from the previous batch, and
-// Encode writes those fields into that room and hands the buffer over. It
-// copies instead (one more pass over the payloads) when the room was too
-// small, when the batch fills less than half of the buffer (the buffer is
-// kept for the next batch, as for a small batch after a large one), or for
-// a second Encode of the same entries. That copy was a third of encoding
-// a batch of 10,000 entries of 200 B (BenchmarkBatchEncode).
-//
-// An encoder is reused batch after batch (Reset); after a hand-over the
-// next batch gets a new buffer as large as the last one and a sixteenth.
-// It is not safe for concurrent use. An encoding Encode returned is never
-// written again.
+// An encoder is reused batch after batch (Reset), keeping its storage (as
+// much as its largest batch); it is not safe for concurrent use.
 type BatchEncoder struct {
 	topics, types []string
 	// the packed columns, as varints: topic_index, type_index, payload_size
 	topicIdx, typeIdx, sizes []byte
-	// buf is room bytes (for Encode's fields 1-12 and the tag and length
-	// of field 13), then the payloads, one after the other. Nil until the
-	// first Add after a hand-over.
-	buf     []byte
-	room    int
-	want    int    // the room for the next batch (Reset)
-	handed  bool   // buf went out with an Encode: Add must not write into it
-	next    int    // the capacity of the next buf
-	options []byte // the encoded options field (14), each entry's
-	n       int
-	head    []byte // scratch for Encode's fields 1-9
+	payloads                 []byte // the payloads, one after the other
+	options                  []byte // the encoded options field (14), each entry's
+	n                        int
+	head                     []byte // scratch for Encode's fields 1-9
 }
-
-// minEncoderRoom is the room before the payloads of an encoder's first
-// batch; later batches get their predecessor's need and an eighth more.
-const minEncoderRoom = 64
 
 // BatchHeader is a Batch's fields other than its entries.
 type BatchHeader struct {
@@ -62,20 +39,7 @@ type BatchHeader struct {
 func (e *BatchEncoder) Reset() {
 	e.topics, e.types = e.topics[:0], e.types[:0]
 	e.topicIdx, e.typeIdx, e.sizes = e.topicIdx[:0], e.typeIdx[:0], e.sizes[:0]
-	e.options, e.n = e.options[:0], 0
-	if e.handed || e.want > cap(e.buf) {
-		e.buf, e.handed = nil, false
-	} else if e.buf != nil {
-		e.room = max(e.want, minEncoderRoom)
-		e.buf = e.buf[:e.room]
-	}
-}
-
-// start gives the encoder a buffer for a batch's payloads: room bytes, then
-// space for as much as the last batch held.
-func (e *BatchEncoder) start() {
-	e.room = max(e.want, minEncoderRoom)
-	e.buf = make([]byte, e.room, max(e.next, e.room+minEncoderRoom))
+	e.payloads, e.options, e.n = e.payloads[:0], e.options[:0], 0
 }
 
 // Add appends one entry, as Batch.Add does (payload is copied).
@@ -93,10 +57,7 @@ func (e *BatchEncoder) AddTraced(topic, payloadType string, payload []byte, excl
 	e.topicIdx = appendVarint(e.topicIdx, uint64(intern(&e.topics, topic)))
 	e.typeIdx = appendVarint(e.typeIdx, uint64(intern(&e.types, payloadType)))
 	e.sizes = appendVarint(e.sizes, uint64(len(payload)))
-	if e.buf == nil {
-		e.start()
-	}
-	e.buf = append(e.buf, payload...)
+	e.payloads = append(e.payloads, payload...)
 	if exclude != "" || onlyNode != "" || storeCursor != 0 || traceparent != "" {
 		n := 0
 		if e.n != 0 {
@@ -155,68 +116,27 @@ func appendVarint(b []byte, v uint64) []byte {
 func (e *BatchEncoder) Len() int { return e.n }
 
 // Encode returns the wire encoding of the Batch with header h and the
-// entries added, a slice whose capacity is its length. The encoder keeps
-// its entries: Encode again gives the same batch under another header.
+// entries added, in a new slice of exactly its size. The encoder keeps its
+// entries: Encode again gives the same batch under another header.
 func (e *BatchEncoder) Encode(h BatchHeader) []byte {
 	// The header and the name tables (fields 1-9) are a few bytes: written
 	// to scratch first, which sizes them. The columns and the payloads
 	// (fields 10-13, each length-delimited) are sized from their lengths.
 	e.head = e.appendHead(e.head[:0], h)
-	var payloads []byte
-	if e.buf != nil {
-		payloads = e.buf[e.room:]
-	}
-	fields := [4][]byte{e.topicIdx, e.typeIdx, e.sizes, payloads}
-	before := len(e.head) // what precedes the payloads' own bytes
+	fields := [4][]byte{e.topicIdx, e.typeIdx, e.sizes, e.payloads}
+	n := len(e.head) + len(e.options)
 	for i, f := range fields {
 		if len(f) > 0 {
-			before += protowire.SizeTag(protowire.Number(10+i)) + protowire.SizeVarint(uint64(len(f)))
+			n += protowire.SizeTag(protowire.Number(10+i)) + protowire.SizeBytes(len(f))
 		}
 	}
-	for _, f := range fields[:3] {
-		before += len(f)
-	}
-	if len(payloads) > 0 && !e.handed && before <= e.room && cap(e.buf)-len(e.buf) >= len(e.options) &&
-		2*(len(e.buf)+len(e.options)) >= cap(e.buf) {
-		if out, ok := e.handOver(fields, before); ok {
-			return out
-		}
-	}
-	e.want = max(e.want, before+before/8)
-	buf := append(make([]byte, 0, before+len(payloads)+len(e.options)), e.head...)
+	buf := append(make([]byte, 0, n), e.head...)
 	for i, f := range fields {
 		if len(f) > 0 {
 			buf = protowire.AppendBytes(protowire.AppendTag(buf, protowire.Number(10+i), protowire.BytesType), f)
 		}
 	}
 	return append(buf, e.options...)
-}
-
-// handOver writes the fields before the payloads (before bytes) into the
-// room in front of them and the options after them, and returns the buffer
-// from there: the encoding, without copying the payloads. The encoder gives
-// the buffer up (Reset starts a new one as large). Not ok (nothing handed
-// over) if the fields did not come to before bytes, which they always do.
-func (e *BatchEncoder) handOver(fields [4][]byte, before int) ([]byte, bool) {
-	from := e.room - before
-	b := append(e.buf[from:from], e.head...)
-	for i, f := range fields[:3] {
-		if len(f) > 0 {
-			b = protowire.AppendBytes(protowire.AppendTag(b, protowire.Number(10+i), protowire.BytesType), f)
-		}
-	}
-	b = protowire.AppendVarint(protowire.AppendTag(b, 13, protowire.BytesType), uint64(len(fields[3])))
-	if len(b) != before {
-		return nil, false
-	}
-	out := append(e.buf, e.options...)[from:]
-	used := len(e.buf) + len(e.options)
-	e.next = used + used/16
-	e.want = before + before/8
-	// An Add before Reset appends to a copy, never into out.
-	e.buf = e.buf[:len(e.buf):len(e.buf)]
-	e.handed = true
-	return out[:len(out):len(out)], true
 }
 
 // appendHead appends fields 1-9: the header, then the topic and type names.
