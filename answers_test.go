@@ -3,7 +3,6 @@
 package echopubsub_test
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,17 +94,7 @@ func TestForgedAckToProducerIsNoReceipt(t *testing.T) {
 			<-gate // node 1's worker is stuck: it delivers nothing
 		}
 	})
-	type result struct {
-		r   echopubsub.Receipt
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		r, err := h.nodes[0].PS.BroadcastAwait(ctx, nil, "match", stamp(1))
-		done <- result{r, err}
-	}()
+	done := awaitAsync(h.nodes[0].PS, 3*time.Second, "match", stamp(1))
 	select {
 	case <-got: // the batch is in flight to node 1
 	case <-time.After(5 * time.Second):

@@ -160,17 +160,7 @@ func TestBroadcastAwaitCutNodeUnreachableThenExpired(t *testing.T) {
 	wantStatus(t, r, echopubsub.Unreachable, nodes[2])
 
 	written := nodes[0].Stats(t).WriteCursor
-	type result struct {
-		r   echopubsub.Receipt
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		r, err := ps.BroadcastAwait(ctx, nil, "match", stamp(2))
-		done <- result{r, err}
-	}()
+	done := awaitAsync(ps, 30*time.Second, "match", stamp(2))
 	// Stamp 2 must be written before the 11 that overwrite it.
 	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == written+1 },
 		test.Sprintf("stamp 2 written"))
@@ -182,7 +172,7 @@ func TestBroadcastAwaitCutNodeUnreachableThenExpired(t *testing.T) {
 		}
 	}
 	test.Heal(nodes)
-	var res result
+	var res awaitResult
 	select {
 	case res = <-done:
 	case <-time.After(30 * time.Second):
@@ -229,4 +219,23 @@ func indexOf(r echopubsub.Receipt, addr string) int {
 		}
 	}
 	return -1
+}
+
+// awaitResult is what a BroadcastAwait returned.
+type awaitResult struct {
+	r   echopubsub.Receipt
+	err error
+}
+
+// awaitAsync runs BroadcastAwait(topic, msg) on ps in a goroutine, bounded
+// by timeout, and hands its result over.
+func awaitAsync(ps *echopubsub.PubSub, timeout time.Duration, topic string, msg proto.Message) <-chan awaitResult {
+	done := make(chan awaitResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		r, err := ps.BroadcastAwait(ctx, nil, topic, msg)
+		done <- awaitResult{r, err}
+	}()
+	return done
 }

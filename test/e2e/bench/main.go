@@ -248,22 +248,14 @@ func parseFlags(args []string) (*options, error) {
 	if o.payloads, err = ints(*payloads); err != nil {
 		return nil, fmt.Errorf("-payloads: %w", err)
 	}
-	for _, s := range splitList(*intervals) {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return nil, fmt.Errorf("-intervals: %w", err)
-		}
-		o.intervals = append(o.intervals, d)
+	if o.intervals, err = durations(*intervals); err != nil {
+		return nil, fmt.Errorf("-intervals: %w", err)
 	}
 	if o.extraRates, err = ints(*extraRates); err != nil {
 		return nil, fmt.Errorf("-extra-rates: %w", err)
 	}
-	for _, s := range splitList(*latIntervals) {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return nil, fmt.Errorf("-lat-intervals: %w", err)
-		}
-		o.latIntervals = append(o.latIntervals, d)
+	if o.latIntervals, err = durations(*latIntervals); err != nil {
+		return nil, fmt.Errorf("-lat-intervals: %w", err)
 	}
 	if len(o.latIntervals) == 0 {
 		o.latIntervals = o.intervals
@@ -309,6 +301,18 @@ func ints(s string) ([]int, error) {
 			return nil, err
 		}
 		out = append(out, v)
+	}
+	return out, nil
+}
+
+func durations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range splitList(s) {
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
