@@ -476,24 +476,20 @@ var wireRequests = map[string]func(rest string) bool{
 
 // isWorker reports whether rest (an actor id below a pubsub's root) is a
 // worker: g<group>/worker.
-func isWorker(rest string) bool {
-	g, role, ok := strings.Cut(rest, "/")
-	if !ok || role != "worker" || len(g) < 2 || g[0] != 'g' {
-		return false
-	}
-	_, err := strconv.ParseUint(g[1:], 10, 32)
-	return err == nil
-}
+func isWorker(rest string) bool { return isGroupChild(rest, "worker") }
 
 // isProducer reports whether id (a tree actor's id) is a producer:
 // echopubsub/<name>/g<group>/producer.
 func isProducer(id string) bool {
 	_, rest, ok := strings.Cut(strings.TrimPrefix(id, treePrefix), "/")
-	if !ok {
-		return false
-	}
-	g, role, ok := strings.Cut(rest, "/")
-	if !ok || role != "producer" || len(g) < 2 || g[0] != 'g' {
+	return ok && isGroupChild(rest, "producer")
+}
+
+// isGroupChild reports whether rest (an actor id below a pubsub's root) is
+// a pool group's child named role: g<group>/<role>.
+func isGroupChild(rest, role string) bool {
+	g, r, ok := strings.Cut(rest, "/")
+	if !ok || r != role || len(g) < 2 || g[0] != 'g' {
 		return false
 	}
 	_, err := strconv.ParseUint(g[1:], 10, 32)

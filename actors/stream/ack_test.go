@@ -150,8 +150,8 @@ func TestAnsweredByMatchesFlights(t *testing.T) {
 		for _, f := range tc.left {
 			msgs, size = msgs+f.n, size+f.size
 		}
-		if len(pe.flights) != len(tc.left) || pe.flight != len(tc.left) || pe.flightMsgs != msgs || pe.flightBytes != size {
-			t.Errorf("%s: left %v (%d, %d entries, %d bytes), want %v", tc.name, pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes, tc.left)
+		if len(pe.flights) != len(tc.left) || pe.flightMsgs != msgs || pe.flightBytes != size {
+			t.Errorf("%s: left %v (%d, %d entries, %d bytes), want %v", tc.name, pe.flights, len(pe.flights), pe.flightMsgs, pe.flightBytes, tc.left)
 			continue
 		}
 		for i := range tc.left {
@@ -224,7 +224,6 @@ func peerWith(fs ...flight) *peer {
 	pe := &peer{}
 	for _, f := range fs {
 		pe.flights = append(pe.flights, f)
-		pe.flight++
 		pe.flightMsgs += f.n
 		pe.flightBytes += f.size
 	}
@@ -245,8 +244,8 @@ func TestOKAnswerCoversEveryDeliveredFlight(t *testing.T) {
 	// naming batch 0. The flight [0,2) is delivered.
 	pe := mk(fl(0, 2, 2))
 	pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 5, BatchFirstCursor: proto.Uint64(0)})
-	if pe.flight != 0 {
-		t.Errorf("redelivery answered OK at 5: %d flight(s) left in flight (%v), want 0: the worker delivered them", pe.flight, pe.flights)
+	if len(pe.flights) != 0 {
+		t.Errorf("redelivery answered OK at 5: %d flight(s) left in flight (%v), want 0: the worker delivered them", len(pe.flights), pe.flights)
 	}
 
 	// The same batch [2,3) in flight twice: once from an earlier epoch
@@ -255,7 +254,7 @@ func TestOKAnswerCoversEveryDeliveredFlight(t *testing.T) {
 	// delivered: no flight is left.
 	pe = mk(fl(2, 3, 1), fl(0, 1, 2), fl(1, 2, 2), fl(2, 3, 2))
 	pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 3, BatchFirstCursor: proto.Uint64(2)})
-	if pe.flight != 0 {
-		t.Errorf("cumulative OK at 3 with [2,3) in flight twice: %d flight(s) left (%v), want 0", pe.flight, pe.flights)
+	if len(pe.flights) != 0 {
+		t.Errorf("cumulative OK at 3 with [2,3) in flight twice: %d flight(s) left (%v), want 0", len(pe.flights), pe.flights)
 	}
 }

@@ -63,14 +63,13 @@ type joining struct {
 type sending struct {
 	// sent is the end of the last batch sent (next <= sent): batches cover
 	// [next, sent), within the window (windowOpen: MaxBatchesInFlight full
-	// batches' worth, flight batches of any size at once). epoch
+	// batches' worth, in batches of any size). epoch
 	// changes whenever sent is wound back to next (a refused, lost or
 	// failed batch), so answers to batches sent before count as acks only.
-	sent   uint64
-	flight int
-	epoch  uint64
+	sent  uint64
+	epoch uint64
 	// flights are the batches sent and not yet answered, oldest first
-	// (flight of them, flightMsgs entries and flightBytes bytes): a
+	// (flightMsgs entries and flightBytes bytes in all): a
 	// worker answers in the order it was sent, and one OK answer may
 	// cover several (cumulative acks: see onBatchAck). checking: an
 	// ackCheck is scheduled (checkCancel cancels it).

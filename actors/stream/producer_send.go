@@ -41,7 +41,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 		return
 	}
 	if !pe.registered {
-		if pe.flight == 0 {
+		if len(pe.flights) == 0 {
 			p.register(ctx, pe)
 		}
 		return
@@ -59,7 +59,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 	switch d.Kind {
 	case ringbuf.CaughtUp:
 		pe.due = false
-		if p.drainTo != nil && !pe.retired && pe.flight == 0 {
+		if p.drainTo != nil && !pe.retired && len(pe.flights) == 0 {
 			p.sendRetire(ctx, pe)
 		}
 	case ringbuf.Messages:
@@ -79,7 +79,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 			pe.due = false
 		}
 	case ringbuf.Expired:
-		if pe.flight == 0 { // what is in flight may still be acked: decide after it
+		if len(pe.flights) == 0 { // what is in flight may still be acked: decide after it
 			p.sendExpire(ctx, pe, d)
 		}
 	}
@@ -95,7 +95,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 // batch is out: most of the tail had waited so (docs/benchmarks.md,
 // "Figures behind code comments").
 func (p *producer) partWaits(pe *peer) bool {
-	return p.cfg.BatchInterval > 0 && pe.flight > 0 && !p.full(pe)
+	return p.cfg.BatchInterval > 0 && len(pe.flights) > 0 && !p.full(pe)
 }
 
 // burstTail reports whether pe's part batch goes without waiting for the
@@ -107,7 +107,7 @@ func (p *producer) partWaits(pe *peer) bool {
 // comments"). Under light load no batch is full and the interval batches
 // as before.
 func (p *producer) burstTail(pe *peer) bool {
-	return p.cfg.BatchInterval > 0 && pe.burst && pe.flight == 0 && pe.sent < p.ring.WriteCursor()
+	return p.cfg.BatchInterval > 0 && pe.burst && len(pe.flights) == 0 && pe.sent < p.ring.WriteCursor()
 }
 
 // rewind forgets what was sent past next: the next batch starts at next.
@@ -148,7 +148,6 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		}
 	}
 	pe.flights = append(pe.flights, flight{first: d.From, to: target, n: b.n, size: b.size, epoch: pe.epoch, sent: time.Now()})
-	pe.flight++
 	pe.flightMsgs += b.n
 	pe.flightBytes += b.size
 	if pe.cumulative {
@@ -177,6 +176,12 @@ func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
 		pe.checking = true
 		pe.checkCancel = p.sched.SendOnce(p.cfg.CallTimeout, ctx.Self(), &ackCheck{node: pe.m.Name})
 	}
+}
+
+// landed takes f, out of pe's flights, off the window's counts.
+func (pe *peer) landed(f flight) {
+	pe.flightMsgs -= f.n
+	pe.flightBytes -= f.size
 }
 
 // flight is a batch sent and not yet answered.
@@ -209,9 +214,7 @@ func (pe *peer) answeredBy(ack *messages.BatchAck) (last flight, n, batches int,
 		if i <= upTo || (okAnswer && f.to <= ack.NextCursor) {
 			n += f.n
 			batches++
-			pe.flight--
-			pe.flightMsgs -= f.n
-			pe.flightBytes -= f.size
+			pe.landed(f)
 			if i == upTo || upTo < 0 {
 				last = f
 			}
@@ -249,7 +252,7 @@ func (p *producer) onBatchAck(ctx actor.Context, ack *messages.BatchAck) {
 // what the worker delivered.
 func (p *producer) onAnswer(ctx actor.Context, pe *peer, ack *messages.BatchAck) {
 	f, n, batches, ok := pe.answeredBy(ack)
-	if pe.flight == 0 {
+	if len(pe.flights) == 0 {
 		p.stopCheck(pe)
 	}
 	if ack.Status == messages.AckStatus_ACK_STATUS_OK {
@@ -266,7 +269,7 @@ func (p *producer) onAnswer(ctx actor.Context, pe *peer, ack *messages.BatchAck)
 		// queued meanwhile), or, with a BatchInterval, once nothing is in
 		// flight and a flush came for it (partWaits) or it ends a burst
 		// (burstTail).
-		if p.drainTo != nil || p.full(pe) || (pe.due && pe.flight == 0) || p.burstTail(pe) {
+		if p.drainTo != nil || p.full(pe) || (pe.due && len(pe.flights) == 0) || p.burstTail(pe) {
 			p.service(ctx, pe)
 		} else if pe.sent < p.ring.WriteCursor() {
 			p.armFlush(ctx)
@@ -293,7 +296,7 @@ func (p *producer) onAnswer(ctx actor.Context, pe *peer, ack *messages.BatchAck)
 	if f.epoch != pe.epoch {
 		// A batch sent before the last rewind: its failure is handled.
 		// The last one back lets a waiting register or expire go.
-		if pe.flight == 0 {
+		if len(pe.flights) == 0 {
 			p.service(ctx, pe)
 		}
 		return
@@ -314,17 +317,15 @@ func (p *producer) futureFailed(ctx actor.Context, pe *peer, first, epoch uint64
 	for i, f := range pe.flights {
 		if f.first == first && f.epoch == epoch {
 			pe.flights = append(pe.flights[:i], pe.flights[i+1:]...)
-			pe.flight--
-			pe.flightMsgs -= f.n
-			pe.flightBytes -= f.size
+			pe.landed(f)
 			break
 		}
 	}
-	if pe.flight == 0 {
+	if len(pe.flights) == 0 {
 		p.stopCheck(pe)
 	}
 	if epoch != pe.epoch {
-		if pe.flight == 0 {
+		if len(pe.flights) == 0 {
 			p.service(ctx, pe)
 		}
 		return
@@ -356,7 +357,7 @@ func (p *producer) onAckCheck(ctx actor.Context, m *ackCheck) {
 		current = current || f.epoch == pe.epoch
 	}
 	clear(pe.flights)
-	pe.flights, pe.flight, pe.flightMsgs, pe.flightBytes = pe.flights[:0], 0, 0, 0
+	pe.flights, pe.flightMsgs, pe.flightBytes = pe.flights[:0], 0, 0
 	if !current { // only batches of an earlier epoch: their failure is handled
 		p.service(ctx, pe)
 		return
@@ -508,11 +509,11 @@ entries:
 // gap (told, but a loss) where a current one refuses it for a resend.
 func (p *producer) windowOpen(pe *peer) bool {
 	if p.speaks(pe) == messages.PreviousProtocolVersion {
-		return pe.flight == 0
+		return len(pe.flights) == 0
 	}
 	// Room for one more full batch: what is in flight stays within the
 	// window (and InFlightBytes), whatever the next batch's size.
-	return pe.flight < maxFlights &&
+	return len(pe.flights) < maxFlights &&
 		pe.flightMsgs+p.cfg.MaxBatchMessages <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchMessages &&
 		pe.flightBytes+p.cfg.MaxBatchBytes <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
 }

@@ -19,7 +19,7 @@ func (p *producer) stats() *messages.GroupStats {
 	gs.WriteCursor = p.ring.WriteCursor()
 	gs.Nodes = append(gs.Nodes, messages.NodeStats{Node: p.node, Next: gs.WriteCursor, Registered: true})
 	for _, pe := range p.peers {
-		ns := messages.NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight || pe.flight > 0,
+		ns := messages.NodeStats{Node: pe.m.Name, Next: pe.next, Registered: pe.registered, InFlight: pe.inFlight || len(pe.flights) > 0,
 			Absent: pe.absent, Failures: pe.failures, LastAck: pe.lastAck, Expirations: pe.expired}
 		if d, err := p.ring.Decide(pe.next); err == nil {
 			ns.Lag, ns.Expired = d.Lag, d.Kind == ringbuf.Expired
