@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -347,7 +346,7 @@ func (s *guardedStream) check(env *remote.MessageEnvelope, target, sender *actor
 		return false, nil
 	}
 	switch {
-	case typ == typeBatchAck && strings.HasPrefix(target.Id, treePrefix) && isProducer(target.Id):
+	case typ == typeBatchAck && core.IsProducerID(target.Id):
 		// A worker's answer to a producer's batch (sent to the producer
 		// itself, not a future): checked as any ack.
 		return s.checkAck(env, target, typ)
@@ -476,25 +475,7 @@ var wireRequests = map[string]func(rest string) bool{
 
 // isWorker reports whether rest (an actor id below a pubsub's root) is a
 // worker: g<group>/worker.
-func isWorker(rest string) bool { return isGroupChild(rest, "worker") }
-
-// isProducer reports whether id (a tree actor's id) is a producer:
-// echopubsub/<name>/g<group>/producer.
-func isProducer(id string) bool {
-	_, rest, ok := strings.Cut(strings.TrimPrefix(id, treePrefix), "/")
-	return ok && isGroupChild(rest, "producer")
-}
-
-// isGroupChild reports whether rest (an actor id below a pubsub's root) is
-// a pool group's child named role: g<group>/<role>.
-func isGroupChild(rest, role string) bool {
-	g, r, ok := strings.Cut(rest, "/")
-	if !ok || r != role || len(g) < 2 || g[0] != 'g' {
-		return false
-	}
-	_, err := strconv.ParseUint(g[1:], 10, 32)
-	return err == nil
-}
+func isWorker(rest string) bool { return core.IsGroupChild(rest, "worker") }
 
 // checkAck passes an ack only if the worker node it names is a member of a
 // pubsub on the target's node (and, with TLS, one the certificate is for).

@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -239,7 +238,7 @@ func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) 
 	ack, isAck := res.(*messages.BatchAck)
 	if isBatch && isAck && !w.perBatch {
 		ack.ProducerIncarnation, ack.BatchFirstCursor = b.ProducerIncarnation, proto.Uint64(b.FirstCursor)
-		if ack.Status == messages.AckStatus_ACK_STATUS_OK && fromProducer(ctx.Sender()) {
+		if ack.Status == messages.AckStatus_ACK_STATUS_OK && core.IsProducerID(ctx.Sender().Id) {
 			w.hold(ctx, from, req, ack)
 			return
 		}
@@ -296,13 +295,6 @@ func (w *worker) flush(ctx actor.Context) {
 	}
 	clear(w.pending)
 	w.pending = w.pending[:0]
-}
-
-// fromProducer reports whether a request's sender is a producer actor
-// (echopubsub/<name>/g<group>/producer), which takes cumulative answers,
-// rather than a future, which takes one answer.
-func fromProducer(sender *actor.PID) bool {
-	return strings.HasSuffix(sender.Id, "/producer")
 }
 
 // noteDeparture tells departed of an accepted Retire (the node stopped on

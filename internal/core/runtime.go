@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,3 +362,25 @@ func WorkerName(pubsub string, group uint32) string {
 
 // RootName is the actor name of a pubsub's root supervisor.
 func RootName(pubsub string) string { return "echopubsub/" + pubsub }
+
+// IsProducerID reports whether id is a producer's actor id
+// (ProducerPID's: echopubsub/<name>/g<group>/producer), not a future's.
+func IsProducerID(id string) bool {
+	below, ok := strings.CutPrefix(id, RootName(""))
+	if !ok {
+		return false
+	}
+	_, rest, ok := strings.Cut(below, "/") // past <name>
+	return ok && IsGroupChild(rest, "producer")
+}
+
+// IsGroupChild reports whether rest (an actor id below a pubsub's root) is
+// a pool group's child named role: g<group>/<role>.
+func IsGroupChild(rest, role string) bool {
+	g, r, ok := strings.Cut(rest, "/")
+	if !ok || r != role || len(g) < 2 || g[0] != 'g' {
+		return false
+	}
+	_, err := strconv.ParseUint(g[1:], 10, 32)
+	return err == nil
+}
