@@ -501,8 +501,12 @@ type Batch struct {
 	PayloadSize         []uint32               `protobuf:"varint,12,rep,packed,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
 	Payloads            []byte                 `protobuf:"bytes,13,opt,name=payloads,proto3" json:"payloads,omitempty"`
 	Options             []*EntryOption         `protobuf:"bytes,14,rep,name=options,proto3" json:"options,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// A receipt waits on an entry of this batch (BroadcastAwait): the worker
+	// answers it as soon as it is delivered, not after its AckInterval. A
+	// worker of an earlier build answers every batch so anyway.
+	Awaited       bool `protobuf:"varint,15,opt,name=awaited,proto3" json:"awaited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
@@ -624,6 +628,13 @@ func (x *Batch) GetOptions() []*EntryOption {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *Batch) GetAwaited() bool {
+	if x != nil {
+		return x.Awaited
+	}
+	return false
 }
 
 // EntryOption is the exclude / only_node / store_cursor / trace context of
@@ -2269,7 +2280,7 @@ const file_echopubsub_proto_rawDesc = "" +
 	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\a \x01(\tR\n" +
-	"tracestate\"\xdc\x03\n" +
+	"tracestate\"\xf6\x03\n" +
 	"\x05Batch\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vpubsub_name\x18\x02 \x01(\tR\n" +
@@ -2287,7 +2298,8 @@ const file_echopubsub_proto_rawDesc = "" +
 	"type_index\x18\v \x03(\rR\ttypeIndex\x12!\n" +
 	"\fpayload_size\x18\f \x03(\rR\vpayloadSize\x12\x1a\n" +
 	"\bpayloads\x18\r \x01(\fR\bpayloads\x124\n" +
-	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptionsJ\x04\b\a\x10\b\"\xbf\x01\n" +
+	"\aoptions\x18\x0e \x03(\v2\x1a.echopubsub.v1.EntryOptionR\aoptions\x12\x18\n" +
+	"\aawaited\x18\x0f \x01(\bR\aawaitedJ\x04\b\a\x10\b\"\xbf\x01\n" +
 	"\vEntryOption\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aexclude\x18\x02 \x01(\fR\aexclude\x12\x1b\n" +

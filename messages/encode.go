@@ -33,6 +33,7 @@ type BatchHeader struct {
 	ProducerIncarnation uint64
 	Group               uint32
 	FirstCursor         uint64
+	Awaited             bool // field 15: a receipt waits on an entry
 }
 
 // Reset empties the encoder for the next batch, keeping its storage.
@@ -130,13 +131,20 @@ func (e *BatchEncoder) Encode(h BatchHeader) []byte {
 			n += protowire.SizeTag(protowire.Number(10+i)) + protowire.SizeBytes(len(f))
 		}
 	}
+	if h.Awaited {
+		n += protowire.SizeTag(15) + 1
+	}
 	buf := append(make([]byte, 0, n), e.head...)
 	for i, f := range fields {
 		if len(f) > 0 {
 			buf = protowire.AppendBytes(protowire.AppendTag(buf, protowire.Number(10+i), protowire.BytesType), f)
 		}
 	}
-	return append(buf, e.options...)
+	buf = append(buf, e.options...)
+	if h.Awaited { // after the options (14), as proto.Marshal orders fields
+		buf = protowire.AppendVarint(protowire.AppendTag(buf, 15, protowire.VarintType), 1)
+	}
+	return buf
 }
 
 // appendHead appends fields 1-9: the header, then the topic and type names.

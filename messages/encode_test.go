@@ -25,9 +25,10 @@ func TestBatchEncoderMatchesMarshal(t *testing.T) {
 			ProducerIncarnation: prop.Uint64().Draw(t, "inc"),
 			Group:               prop.Uint32().Draw(t, "group"),
 			FirstCursor:         prop.Uint64().Draw(t, "first"),
+			Awaited:             prop.Bool().Draw(t, "awaited"),
 		}
 		want := &messages.Batch{ProtocolVersion: h.ProtocolVersion, PubsubName: h.PubsubName, ProducerNode: h.ProducerNode,
-			ProducerIncarnation: h.ProducerIncarnation, Group: h.Group, FirstCursor: h.FirstCursor}
+			ProducerIncarnation: h.ProducerIncarnation, Group: h.Group, FirstCursor: h.FirstCursor, Awaited: h.Awaited}
 		var fresh messages.BatchEncoder
 		reused.Reset()
 		n := prop.IntRange(0, 200).Draw(t, "entries")

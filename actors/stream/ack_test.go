@@ -2,18 +2,21 @@ package stream
 
 import (
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/echopubsub/echopubsub/internal/core"
 	"github.com/echopubsub/echopubsub/messages"
 )
 
 // sendCtx is fakeCtx that also records what the actor sends, and to whom.
 type sendCtx struct {
 	fakeCtx
-	self  *actor.PID
-	sends []sent
+	self   *actor.PID
+	system *actor.ActorSystem
+	sends  []sent
 }
 
 type sent struct {
@@ -24,16 +27,22 @@ type sent struct {
 func (c *sendCtx) Self() *actor.PID                    { return c.self }
 func (c *sendCtx) Send(to *actor.PID, msg interface{}) { c.sends = append(c.sends, sent{to, msg}) }
 func (c *sendCtx) Respond(res interface{})             { c.Send(c.sender, res) }
+func (c *sendCtx) ActorSystem() *actor.ActorSystem     { return c.system }
 
 // encodedBatch is n entries on topic "t" from producer node "p",
 // incarnation 1, starting at first.
 func encodedBatch(first uint64, n int) *messages.Batch {
+	return encodedBatchOf(first, n, false)
+}
+
+// encodedBatchOf is encodedBatch, awaited: a receipt waits on it.
+func encodedBatchOf(first uint64, n int, awaited bool) *messages.Batch {
 	var e messages.BatchEncoder
 	for i := 0; i < n; i++ {
 		e.Add("t", "echopubsub.v1.CursorExpired", []byte{0x08, byte(i)}, "", "", 0)
 	}
 	return messages.Encoded(e.Encode(messages.BatchHeader{ProtocolVersion: messages.ProtocolVersion, PubsubName: "fz",
-		ProducerNode: "p", ProducerIncarnation: 1, Group: 1, FirstCursor: first}))
+		ProducerNode: "p", ProducerIncarnation: 1, Group: 1, FirstCursor: first, Awaited: awaited}))
 }
 
 // A worker answers the batches a producer sent it itself (this build's
@@ -256,5 +265,103 @@ func TestOKAnswerCoversEveryDeliveredFlight(t *testing.T) {
 	pe.answeredBy(&messages.BatchAck{Status: ok, NextCursor: 3, BatchFirstCursor: proto.Uint64(2)})
 	if len(pe.flights) != 0 {
 		t.Errorf("cumulative OK at 3 with [2,3) in flight twice: %d flight(s) left (%v), want 0", len(pe.flights), pe.flights)
+	}
+}
+
+// Under a steady stream a worker answers a producer at most once per
+// AckInterval: the first answer after a quiet interval goes at the
+// mailbox's turn, later ones when the interval has passed (ackTimer), and
+// a batch a receipt waits on (Batch.awaited) is answered at the mailbox's
+// turn whatever the interval. Told to stop, it sends what it holds and
+// stops its timer.
+func TestWorkerSpacesAnswers(t *testing.T) {
+	const interval = 150 * time.Millisecond
+	fw := newFuzzWorker()
+	w := fw.w.(*worker)
+	w.cfg.AckInterval = interval
+	if ra, _ := ask(t, w, join("p", 1)); ra.Status != messages.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("join refused: %v %q", ra.Status, ra.Error)
+	}
+	// The worker's PID is an actor of a real system that takes what the
+	// timer sends it, so the test hands it to the worker as its mailbox would.
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	fromTimer := make(chan interface{}, 8)
+	self, err := system.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if f, ok := c.Message().(*flushAcks); ok {
+			fromTimer <- f
+		}
+	}), "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := actor.NewPID("p", "echopubsub/fz/g1/producer")
+	var queued []interface{}
+	var out []*messages.BatchAck
+	handle := func(msg interface{}, sender *actor.PID) {
+		ctx := &sendCtx{fakeCtx: fakeCtx{msg: msg, sender: sender}, self: self, system: system}
+		w.Receive(ctx)
+		for _, s := range ctx.sends {
+			if s.to == self {
+				queued = append(queued, s.msg)
+			} else {
+				out = append(out, s.msg.(*messages.BatchAck))
+			}
+		}
+	}
+	runQueued := func() {
+		for len(queued) > 0 {
+			q := queued[0]
+			queued = queued[1:]
+			handle(q, nil)
+		}
+	}
+	answered := func(when string, next uint64) {
+		t.Helper()
+		if len(out) != 1 || out[0].NextCursor != next {
+			t.Fatalf("%s: answers %v, want one at %d", when, out, next)
+		}
+		out = nil
+	}
+
+	handle(encodedBatch(0, 1), prod)
+	runQueued()
+	answered("first batch after a quiet interval", 1)
+	last := w.lastAnswer
+
+	handle(encodedBatch(1, 1), prod)
+	handle(encodedBatch(2, 1), prod)
+	if len(out) != 0 || len(queued) != 0 {
+		t.Fatalf("within AckInterval of the last answer: answers %v, flushes queued %d, want none (held for the timer)", out, len(queued))
+	}
+
+	handle(encodedBatchOf(3, 1, true), prod)
+	runQueued()
+	answered("a batch a receipt waits on", 4)
+
+	handle(encodedBatch(4, 1), prod)
+	runQueued()
+	if len(out) != 0 {
+		t.Fatalf("a batch after the awaited one: answers %v, want it held", out)
+	}
+	select {
+	case f := <-fromTimer:
+		if now := core.Monotonic(); now < last+int64(interval) {
+			t.Fatalf("the timer's flush came %v after the answer it spaces, want >= %v", time.Duration(now-last), interval)
+		}
+		handle(f, nil)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no flush from the timer within 10s: the held answer never goes")
+	}
+	answered("the timer's flush", 5)
+
+	handle(encodedBatch(5, 1), prod)
+	if len(out) != 0 {
+		t.Fatalf("right after the timer's answer: answers %v, want it held", out)
+	}
+	handle(&actor.Stopping{}, nil)
+	answered("told to stop", 6)
+	if w.ackTimer.Stop() {
+		t.Fatal("the answer timer is still armed after Stopping")
 	}
 }

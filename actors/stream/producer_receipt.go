@@ -43,6 +43,20 @@ func (p *producer) track(a *core.Await, c uint64) {
 	p.awaits = append(p.awaits, a)
 }
 
+// awaited reports whether a receipt waits on a write in [from, to): its
+// batch asks to be answered as soon as it is delivered
+// (messages.Batch.awaited), not after the worker's AckInterval. A batch
+// cached for a range is built after the writes in it were taken (track),
+// so the flag is right for every node it goes to.
+func (p *producer) awaited(from, to uint64) bool {
+	for _, a := range p.awaits {
+		if c := a.Cursor(); c >= from && c < to {
+			return true
+		}
+	}
+	return false
+}
+
 // settle reports to the receipts waiting on cursors below to that pe's
 // answer put them in status s. A Delivered that does not say stored is
 // NotStored for a receipt that asked for the append (settleStored).

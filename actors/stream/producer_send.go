@@ -488,7 +488,8 @@ entries:
 	}
 	b.n = p.enc.Len()
 	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
-		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From}))
+		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
+		Awaited: p.awaited(d.From, d.From+uint64(b.n))}))
 	if err != nil {
 		return b
 	}

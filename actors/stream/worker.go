@@ -106,6 +106,12 @@ type worker struct {
 	// whether a flushAcks is in the mailbox (see answer).
 	pending     []pendingAck
 	flushQueued bool
+	// lastAnswer is when held answers last went (core.Monotonic); ackTimer
+	// sends the flushAcks that waits for AckInterval since then, and
+	// timerArmed says it will (see hold).
+	lastAnswer int64
+	ackTimer   *time.Timer
+	timerArmed bool
 	// perBatch: answer as a build before cumulative answers (a test build:
 	// faults.PerBatch).
 	perBatch bool
@@ -121,8 +127,9 @@ type pendingAck struct {
 }
 
 // flushAcks sends the pending answers: it is queued behind the batches in
-// the mailbox when the first answer is held.
-type flushAcks struct{}
+// the mailbox when the first answer is held, or sent by ackTimer (timer)
+// when the last answers went less than AckInterval ago.
+type flushAcks struct{ timer bool }
 
 // startedAgo is what a probe's answer reports (RegisterAck.started_ago_nanos):
 // how long ago this node's Start returned, or 0 while Start still runs.
@@ -164,15 +171,22 @@ func newWorker(cfg core.Config, group uint32, node string, inc uint64, started t
 
 func (w *worker) Receive(ctx actor.Context) {
 	msg := ctx.Message()
-	switch msg.(type) {
+	switch m := msg.(type) {
 	case *flushAcks:
-		w.flushQueued = false
+		if m.timer {
+			w.timerArmed = false
+		} else {
+			w.flushQueued = false
+		}
 		w.flush(ctx)
 		return
 	case *actor.Stopping, *actor.Restarting:
 		// Answers held for batches this worker delivered go now: the
 		// flushAcks behind them would not run.
 		w.flush(ctx)
+		if w.ackTimer != nil {
+			w.ackTimer.Stop()
+		}
 		return
 	}
 	if b, ok := msg.(*messages.Batch); ok {
@@ -227,9 +241,10 @@ func (w *worker) Receive(ctx actor.Context) {
 // answer sends res to the sender of req. An OK answer to a batch sent by a
 // producer itself (not through a future: this build's producers, to a
 // worker that says RegisterAck.cumulative_answers) is held until the
-// batches queued behind it are handled: one answer then acknowledges them
-// all, as its cursor covers them (cumulative acks: a receiving node wrote
-// an answer per batch, and its producer read one). Every other answer goes
+// batches queued behind it are handled, and until AckInterval has passed
+// since the last answers went: one answer then acknowledges them all, as
+// its cursor covers them (cumulative acks: a receiving node wrote an
+// answer per batch, and its producer read one). Every other answer goes
 // at once, after the held ones, so that a producer gets its answers in the
 // order it sent the requests. The hook is told an answer went when it
 // goes.
@@ -239,7 +254,7 @@ func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) 
 	if isBatch && isAck && !w.perBatch {
 		ack.ProducerIncarnation, ack.BatchFirstCursor = b.ProducerIncarnation, proto.Uint64(b.FirstCursor)
 		if ack.Status == messages.AckStatus_ACK_STATUS_OK && core.IsProducerID(ctx.Sender().Id) {
-			w.hold(ctx, from, req, ack)
+			w.hold(ctx, from, req, ack, b.Awaited)
 			return
 		}
 	}
@@ -254,7 +269,17 @@ func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) 
 // It replaces the answer held for that node, which its cursor covers,
 // unless they differ in stored: one answer says stored of every batch it
 // covers, so the held one goes first.
-func (w *worker) hold(ctx actor.Context, from string, req proto.Message, ack *messages.BatchAck) {
+//
+// The held answers go at the mailbox's turn (a flushAcks queued behind the
+// batches in it) when the last ones went AckInterval ago or more, or when
+// a receipt waits on the batch (awaited: messages.Batch.awaited);
+// otherwise when AckInterval has passed since (ackTimer). Under a steady
+// stream a node then reads and writes one answer per AckInterval, not one
+// per batch of a few messages: at 10,000 msg/s that was most of the
+// publishing node's system calls (docs/benchmarks.md, "Figures behind
+// code comments"). Only the producer's window and its buffer wait for it:
+// every batch was delivered before its answer was held.
+func (w *worker) hold(ctx actor.Context, from string, req proto.Message, ack *messages.BatchAck, awaited bool) {
 	i := 0
 	for i < len(w.pending) && w.pending[i].node != from {
 		i++
@@ -269,9 +294,25 @@ func (w *worker) hold(ctx actor.Context, from string, req proto.Message, ack *me
 	if w.hook != nil {
 		pa.reqs = append(pa.reqs, req)
 	}
-	if !w.flushQueued {
+	if w.flushQueued {
+		return
+	}
+	var wait time.Duration
+	if !awaited && w.lastAnswer != 0 {
+		wait = time.Duration(w.lastAnswer + int64(w.cfg.AckInterval) - core.Monotonic())
+	}
+	switch {
+	case wait <= 0:
 		w.flushQueued = true
 		ctx.Send(ctx.Self(), &flushAcks{})
+	case w.timerArmed:
+	case w.ackTimer == nil:
+		w.timerArmed = true
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		w.ackTimer = time.AfterFunc(wait, func() { root.Send(self, &flushAcks{timer: true}) })
+	default:
+		w.timerArmed = true
+		w.ackTimer.Reset(wait)
 	}
 }
 
@@ -288,6 +329,9 @@ func (w *worker) send(ctx actor.Context, pa *pendingAck) {
 
 // flush sends the held answers.
 func (w *worker) flush(ctx actor.Context) {
+	if len(w.pending) > 0 && w.cfg.AckInterval > 0 {
+		w.lastAnswer = core.Monotonic()
+	}
 	for i := range w.pending {
 		if w.pending[i].ack != nil {
 			w.send(ctx, &w.pending[i])

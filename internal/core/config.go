@@ -11,7 +11,7 @@ type Config struct {
 	MaxBatchMessages, MaxBatchesInFlight, MaxBatchBytes int
 	MaxTopicBytes                                       int
 	BatchInterval, CallTimeout, RetryInterval           time.Duration
-	CapacityWarningInterval, ForgetAfter                time.Duration
+	CapacityWarningInterval, ForgetAfter, AckInterval   time.Duration
 	CapacityWarningThreshold                            float64
 }
 
