@@ -71,6 +71,8 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{"MaxPendingWrites", func(c *echopubsub.Config) { c.MaxPendingWrites = -1 }, []string{"MaxPendingWrites", "-1"}},
 		{"MaxQueueLen", func(c *echopubsub.Config) { c.MaxQueueLen = 0 }, []string{"MaxQueueLen", "got 0"}},
 		{"BatchInterval", func(c *echopubsub.Config) { c.BatchInterval = -time.Second }, []string{"BatchInterval", "-1s"}},
+		{"AckInterval < 0", func(c *echopubsub.Config) { c.AckInterval = -time.Millisecond }, []string{"AckInterval", "-1ms"}},
+		{"AckInterval > CallTimeout/10", func(c *echopubsub.Config) { c.AckInterval = time.Second }, []string{"AckInterval", "1s", "500ms"}},
 		{"CallTimeout", func(c *echopubsub.Config) { c.CallTimeout = 0 }, []string{"CallTimeout", "0s"}},
 		{"RetryInterval", func(c *echopubsub.Config) { c.RetryInterval = -time.Millisecond }, []string{"RetryInterval", "-1ms"}},
 		{"CapacityWarningInterval", func(c *echopubsub.Config) { c.CapacityWarningInterval = 0 }, []string{"CapacityWarningInterval"}},

@@ -239,3 +239,31 @@ func awaitAsync(ps *echopubsub.PubSub, timeout time.Duration, topic string, msg 
 	}()
 	return done
 }
+
+// A receipt does not wait for the workers' AckInterval: the batch it waits
+// on asks to be answered as soon as it is delivered (Batch.awaited). Thirty
+// BroadcastAwaits in a row, each answered by two nodes, take thirty
+// intervals (3s here) when the answers wait their turn: each answer follows
+// the one before within milliseconds. Without that wait they take a few
+// milliseconds each; the bound allows 50ms each.
+func TestReceiptDoesNotWaitForAckInterval(t *testing.T) {
+	const n = 30
+	cfg := fastConfig()
+	cfg.CallTimeout = time.Second
+	cfg.AckInterval = cfg.CallTimeout / 10
+	nodes := test.StartCluster(t, 3, cfg)
+	for _, nd := range nodes {
+		nd.Subscribe(t, "match")
+	}
+	start := time.Now()
+	for i := uint64(1); i <= n; i++ {
+		r, err := nodes[0].PS.BroadcastAwait(awaitCtx(t, 30*time.Second), nil, "match", stamp(i))
+		if err != nil {
+			t.Fatalf("BroadcastAwait %d after %v: %v (receipt %+v)", i, time.Since(start), err, r)
+		}
+		wantStatus(t, r, echopubsub.Delivered, nodes...)
+	}
+	if took := time.Since(start); took > n*50*time.Millisecond {
+		t.Fatalf("%d BroadcastAwaits took %v: the answers waited for AckInterval (%v)", n, took, cfg.AckInterval)
+	}
+}
