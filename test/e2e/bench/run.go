@@ -31,10 +31,17 @@ type scenario struct {
 	Profile bool `json:"profile,omitempty"`
 	// MemLimit > 0: node 0 runs with GOMEMLIMIT set to it (bytes).
 	MemLimit int64 `json:"mem_limit,omitempty"`
+	// Encoded: EchoPubSub's subscribers take each message encoded
+	// (-encoded), not decoded; labelled "echopubsub-encoded".
+	Encoded bool `json:"encoded,omitempty"`
 }
 
 func (s scenario) label() string {
-	l := fmt.Sprintf("%s nodes=%d pad=%dB", s.System, s.Nodes, s.Pad)
+	sys := s.System
+	if s.Encoded {
+		sys += "-encoded" // not the decoded figure: subscribers WithFormat(FormatEncoded)
+	}
+	l := fmt.Sprintf("%s nodes=%d pad=%dB", sys, s.Nodes, s.Pad)
 	if s.System == sysOurs {
 		l += fmt.Sprintf(" interval=%v", s.Interval)
 	}
@@ -162,7 +169,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
 				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MaxBatchesInFlight: r.maxFlight, MemSample: r.memory && i == 0,
-				TraceTail: r.traceTail && s.Rate > 0}
+				TraceTail: r.traceTail && s.Rate > 0, Encoded: s.Encoded}
 			var env []string
 			if i == 0 && s.MemLimit > 0 {
 				env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", s.MemLimit))
