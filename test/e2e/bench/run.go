@@ -89,9 +89,13 @@ type result struct {
 	// runnable but waiting for a core (proc.RunQueueWait), per delivery:
 	// with CPUNsPerDelivery, it tells waiting in the pipeline from the
 	// machine's other work holding the cores.
-	RunQueueNsPerDelivery float64           `json:"runq_ns_per_delivery,omitempty"`
-	Lat                   *latResult        `json:"latency,omitempty"`
-	Profiles              map[string]string `json:"profiles,omitempty"`
+	RunQueueNsPerDelivery float64 `json:"runq_ns_per_delivery,omitempty"`
+	// NodeCPUNsPerMessage: each node's own user+sys CPU over the counted
+	// repetitions per message it delivered (N x repetitions); node 0
+	// publishes, the others receive.
+	NodeCPUNsPerMessage []float64         `json:"node_cpu_ns_per_message,omitempty"`
+	Lat                 *latResult        `json:"latency,omitempty"`
+	Profiles            map[string]string `json:"profiles,omitempty"`
 	// ProfileFiles are the CPU profiles behind Profiles, by node.
 	ProfileFiles map[string]string `json:"profile_files,omitempty"`
 	// Mem: node 0's memory at its peak and at the end (-memory runs).
@@ -240,6 +244,9 @@ func (r *runner) runErr(s scenario, res *result) error {
 	if deliveries := float64(s.N) * float64(s.Nodes) * float64(reps); s.Rate == 0 && deliveries > 0 {
 		res.CPUNsPerDelivery = float64(cpuOf(procs)-cpu0) / deliveries
 		res.RunQueueNsPerDelivery = float64(runQueueOf(procs)-runq0) / deliveries
+		for _, c := range tin.CPU {
+			res.NodeCPUNsPerMessage = append(res.NodeCPUNsPerMessage, float64(c)/(float64(s.N)*float64(reps)))
+		}
 	}
 	if s.Profile && s.Rate == 0 {
 		res.Profiles = map[string]string{}
