@@ -277,3 +277,19 @@ func TestWithFormatRefusesAnUnknownFormat(t *testing.T) {
 		t.Fatalf("Subscribe WithFormat(7) = %v, want an error naming 7", err)
 	}
 }
+
+// LocalBroadcast hands an encoded subscriber the bytes Broadcast encoded,
+// marked Local, with no cursor.
+func TestEncodedSubscriberGetsALocalBroadcast(t *testing.T) {
+	nd := test.StartCluster(t, 1, fastConfig())[0]
+	enc := nd.Subscribe(t, "match", echopubsub.WithFormat(echopubsub.FormatEncoded))
+	if err := nd.PS.LocalBroadcast("match", padded(1)); err != nil {
+		t.Fatal(err)
+	}
+	wantUpTo(t, enc, 1)
+	d := enc.All()[0].(*messages.Delivery)
+	got, err := messages.Decode(d.PayloadType, d.Payload)
+	if err != nil || !d.Local || d.Cursor != 0 || d.Message != nil || !proto.Equal(got, padded(1)) {
+		t.Fatalf("got %+v (payload decodes to %v, %v), want a Local Delivery of the encoding only", d, got, err)
+	}
+}
