@@ -47,7 +47,8 @@ func (d *Dedupe[K]) Seen(k K) bool {
 
 // DeliveryKey identifies a buffered message across the cluster: producer
 // node, pool group, producer incarnation and cursor. Use it with a
-// subscription made WithMetadata.
+// subscription made WithMetadata (or WithFormat: its deliveries carry the
+// same).
 type DeliveryKey struct {
 	Node        string
 	Group       uint32

@@ -134,6 +134,32 @@ func WithMaxQueueLen(n int) SubscribeOption {
 	return func(o *subOptions) { o.MaxQueueLen, o.MaxQueueLenSet = n, true }
 }
 
+// WithFormat chooses what the subscriber receives for each message, with
+// the formats a session's envelopes have (WithDeliveryFormat):
+//
+//   - FormatEvent: the decoded message (a *messages.Delivery with
+//     WithMetadata). The default.
+//   - FormatEncoded: a *messages.Delivery (the metadata of WithMetadata:
+//     producer node, group, incarnation, cursor, topic...) whose
+//     PayloadType and Payload are the message's encoding, as its publisher
+//     encoded it, and whose Message is nil: for a subscriber that only
+//     passes bytes on (a gateway, a bridge, a logger). Nothing is decoded
+//     for it: a node whose subscribers of a topic all asked for the
+//     encoding does not decode that topic's messages at all, and a type
+//     this node does not link arrives as its bytes (decode them with
+//     messages.Decode). The publishing node hands over the bytes it
+//     encoded in Broadcast, without encoding again.
+//   - FormatBoth: a *messages.Delivery with Message and the encoding.
+//
+// The payload is shared, read-only, by every subscriber of this node that
+// asked for it, and may keep the batch it came in alive while held: copy it
+// to keep it long. Everything else is as for any subscription: the order,
+// the bound and its BackPressure notices, CursorExpired, Unsubscribe.
+// Any other value fails Subscribe with an error naming it.
+func WithFormat(f DeliveryFormat) SubscribeOption {
+	return func(o *subOptions) { o.Format = delivery.Format(f) }
+}
+
 // WithUnboundedQueue is the explicit opt-in for a subscriber whose mailbox
 // cannot be measured (not spawned with SubscriberMailbox): it is never
 // bounded, so never dropped for, and can grow without limit.
@@ -527,7 +553,7 @@ func (ps *PubSub) writeIn(wait core.Wait, from *actor.PID, topic string, msg pro
 		return err
 	}
 	if to.thisNode {
-		ps.d.DeliverLocal(&w) // hands out msg, never the payload
+		ps.d.DeliverLocal(&w) // hands out msg, and payload to encoded subscribers
 		return nil
 	}
 	return ps.rt.Enqueue(wait, from, &w)

@@ -62,7 +62,8 @@ func (c Class) String() string {
 	return "Durable"
 }
 
-// DeliveryFormat chooses what an Envelope carries.
+// DeliveryFormat chooses what an Envelope carries (WithDeliveryFormat), or
+// what a subscription receives (WithFormat).
 type DeliveryFormat int
 
 const (

@@ -127,7 +127,22 @@ type Delivery struct {
 	Unstored bool
 	// Message is the decoded payload (an *Undecodable when it could not be
 	// decoded). It is shared by every local subscriber: do not mutate it.
+	// nil for a subscription that asked for the encoding only
+	// (echopubsub.WithFormat(echopubsub.FormatEncoded)).
 	Message proto.Message
+	// PayloadType and Payload are the message's encoding, set for a
+	// subscription that asked for it (echopubsub.WithFormat, FormatEncoded
+	// or FormatBoth; the names of a session's Envelope): its full protobuf
+	// type name and the bytes its publisher encoded, as they travelled
+	// (the same bytes on every node; decode them with messages.Decode).
+	// A node hands them over without decoding them, so a type this node
+	// does not link arrives as its bytes, not as an *Undecodable. Payload
+	// is shared by every local subscriber that asked for it and is never
+	// written after it is handed out: do not modify it. It may share one
+	// array with the other messages of the batch it came in, which it keeps
+	// alive while it is held: copy it to keep it long.
+	PayloadType string
+	Payload     []byte
 	// Traceparent and Tracestate are the W3C trace context the message was
 	// published in (its publish span), when the publishing node traces
 	// (echopubsub.WithTracerProvider); "" otherwise. Continue the trace with

@@ -95,13 +95,16 @@ func (c *Collector) Len() int {
 	return len(c.received)
 }
 
-// Stamps returns the sequence numbers of the Stamps received (bare or in a
-// Delivery), in order.
+// Stamps returns the sequence numbers of the Stamps received (bare, in a
+// Delivery, or encoded in a Delivery: echopubsub.WithFormat), in order.
 func (c *Collector) Stamps() []uint64 {
 	var out []uint64
 	for _, m := range c.All() {
 		if d, ok := m.(*messages.Delivery); ok {
 			m = d.Message
+			if m == nil && d.PayloadType != "" {
+				m, _ = messages.Decode(d.PayloadType, d.Payload)
+			}
 		}
 		if s, ok := m.(*testpb.Stamp); ok {
 			out = append(out, s.Seq)

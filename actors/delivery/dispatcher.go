@@ -119,6 +119,7 @@ type subscription struct {
 	t        *topicSubs
 	bound    int
 	withMeta bool
+	format   Format
 	removed  atomic.Bool
 }
 
@@ -216,8 +217,14 @@ type Item struct {
 	Topic string
 	// Message is the message to hand out; when nil, Payload is decoded (as
 	// Type, or else as PayloadType looked up by name), once, and only if the
-	// topic has a subscriber here.
-	Message     proto.Message
+	// topic has a subscriber here that asks for the message (not only for
+	// its encoding: FormatEncoded).
+	Message proto.Message
+	// PayloadType and Payload are the message's encoding, always set: what
+	// a FormatEncoded or FormatBoth subscription is handed, as they are.
+	// So Payload must be an array nothing writes to again: each caller's
+	// says why its is (the worker: a batch's; the producer and
+	// DeliverLocal: the publisher's encoding, see core.Write).
 	PayloadType string
 	Payload     []byte
 	Type        messages.Type
@@ -269,14 +276,14 @@ func (d *Dispatcher) Deliver(it *Item) {
 	d.deliver(it, t)
 }
 
-// deliver is Deliver once the topic's subscriptions are found.
+// deliver is Deliver once the topic's subscriptions are found. The payload
+// is decoded once, for the first subscription that asks for the message: a
+// topic whose subscriptions here all asked for the encoding only
+// (FormatEncoded) is not decoded at all.
 func (d *Dispatcher) deliver(it *Item, t *topicSubs) {
 	subs := *t.list.Load()
 	msg := it.Message
-	if msg == nil {
-		msg = decode(it)
-	}
-	var meta *messages.Delivery
+	var meta, enc, both *messages.Delivery // each built once, shared by its subscriptions
 	for _, s := range subs {
 		if s.removed.Load() {
 			continue
@@ -284,17 +291,47 @@ func (d *Dispatcher) deliver(it *Item, t *topicSubs) {
 		if (it.Exclude != "" && s.sub.key == it.Exclude) || plant.DropLocal(it.Node == d.node) {
 			continue
 		}
-		var m interface{} = msg
-		if s.withMeta {
-			if meta == nil {
-				meta = &messages.Delivery{Node: it.Node, Group: it.Group, Incarnation: it.Incarnation,
-					Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Unstored: it.Unstored, Message: msg,
-					Traceparent: it.Traceparent, Tracestate: it.Tracestate}
+		var m interface{}
+		switch {
+		case s.format == FormatEncoded:
+			if enc == nil {
+				enc = it.delivery(nil, true)
 			}
-			m = meta
+			m = enc
+		case msg == nil:
+			msg = decode(it)
+			fallthrough
+		default:
+			m = msg
+			if s.format == FormatBoth {
+				if both == nil {
+					both = it.delivery(msg, true)
+				}
+				m = both
+			} else if s.withMeta {
+				if meta == nil {
+					meta = it.delivery(msg, false)
+				}
+				m = meta
+			}
 		}
 		d.send(s, it.Topic, m)
 	}
+}
+
+// delivery is the *messages.Delivery of it with msg, and with its encoding
+// when encoded. The payload is capped at its length: the subscribers that
+// share it cannot append into the array past it (a batch's next payload,
+// or spare capacity another subscriber would append into as well).
+func (it *Item) delivery(msg proto.Message, encoded bool) *messages.Delivery {
+	dv := &messages.Delivery{Node: it.Node, Group: it.Group, Incarnation: it.Incarnation,
+		Cursor: it.Cursor, Topic: it.Topic, Local: it.Local, StoreCursor: it.StoreCursor, Unstored: it.Unstored, Message: msg,
+		Traceparent: it.Traceparent, Tracestate: it.Tracestate}
+	if encoded {
+		n := len(it.Payload)
+		dv.PayloadType, dv.Payload = it.PayloadType, it.Payload[:n:n]
+	}
+	return dv
 }
 
 // DeliverLocal hands w to this node's subscribers only (LocalBroadcast):

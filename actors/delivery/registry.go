@@ -27,7 +27,24 @@ type SubOptions struct {
 	// Unbounded: an explicit opt-in to a subscriber whose queue is not
 	// measured and never bounded.
 	Unbounded bool
+	// Format: the decoded message, its encoding, or both (see Format).
+	Format Format
 }
+
+// Format is what a subscription receives for each message. Its values are
+// those of the root package's DeliveryFormat.
+type Format int
+
+const (
+	// FormatMessage: the decoded message (in a *messages.Delivery with
+	// SubOptions.Meta). The default.
+	FormatMessage Format = iota
+	// FormatEncoded: a *messages.Delivery with the message's encoding
+	// (PayloadType, Payload) and no Message: nothing is decoded for it.
+	FormatEncoded
+	// FormatBoth: a *messages.Delivery with Message and the encoding.
+	FormatBoth
+)
 
 // Subscribe, Unsubscribe and SetNotices are the registry's requests; each is
 // answered with a *Reply.
@@ -167,6 +184,9 @@ func (r *registry) subscribe(self *actor.PID, m *Subscribe) error {
 		}
 		bound = m.Opts.MaxQueueLen
 	}
+	if m.Opts.Format < FormatMessage || m.Opts.Format > FormatBoth {
+		return fmt.Errorf("echopubsub: DeliveryFormat must be FormatEvent, FormatEncoded or FormatBoth, got %d", int(m.Opts.Format))
+	}
 	var key string
 	switch {
 	case m.PID != nil && m.Name != "":
@@ -206,7 +226,7 @@ func (r *registry) subscribe(self *actor.PID, m *Subscribe) error {
 		}
 		r.subs[key] = sub
 	}
-	s := &subscription{sub: sub, bound: bound, withMeta: m.Opts.Meta}
+	s := &subscription{sub: sub, bound: bound, withMeta: m.Opts.Meta, format: m.Opts.Format}
 	r.d.add(m.Topic, s)
 	sub.keep(s)
 	return nil

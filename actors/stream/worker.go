@@ -763,6 +763,12 @@ func (d *batchDelivery) run(n int) bool {
 				// Unknown here: left unresolved, decode says so per message.
 				d.types[ti], _ = messages.LookupType(d.m.PayloadType(ti))
 			}
+			// payload aliases the batch's own array (capped by Cursor.Next), handed
+			// as it is to encoded subscribers: retained safely, as nothing writes
+			// to it again. A batch from the wire is decoded into new arrays
+			// (protobuf copies bytes fields), one handed over in process is
+			// decoded from its encoding (Decoded) likewise, and nothing writes to
+			// a batch once decoded. Never a buffer reused for the next batch.
 			d.it.Topic, d.it.Message, d.it.PayloadType, d.it.Payload, d.it.Type = topic, nil, d.m.PayloadType(ti), payload, d.types[ti]
 			d.it.Exclude, d.it.Cursor, d.it.StoreCursor, d.it.Unstored = exclude, c, 0, false
 			d.it.Traceparent, d.it.Tracestate = core.CheckTrace(d.entries.Trace())

@@ -24,7 +24,12 @@ import (
 type Write struct {
 	Topic       string
 	PayloadType string
-	Payload     []byte
+	// Payload is the message's encoding, in an array nothing writes to
+	// again (Broadcast's own proto.Marshal; a Broadcast message's Any
+	// bytes, which its sender handed over with it): this node's encoded
+	// subscribers are handed it as it is (delivery.FormatEncoded). The
+	// producer's ring keeps a copy of its own.
+	Payload []byte
 	// Exclude is the key (address/id) of a subscriber that must not get it.
 	Exclude string
 	// OnlyNode, when set, is the one node whose subscribers get it.

@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
 // TestMain lets the test binary be a node too: the harness re-executes its
@@ -123,5 +127,47 @@ func TestCollectorCountsExactly(t *testing.T) {
 	c.Add(makeSeq(3, 0, 0), 0)
 	if st := c.Status(); st.Unique != 2 || st.Reorders != 2 || st.DoneAt != 0 {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestEncodedStampNumbers: the -encoded collector reads a Stamp's seq and
+// publish time from its bytes as a decode would, and refuses what is not
+// a Stamp's encoding.
+func TestEncodedStampNumbers(t *testing.T) {
+	for _, pad := range []int{0, 10, 200} {
+		m := &testpb.Stamp{Seq: makeSeq(3, 2, 123_456), SentUnixNano: time.Now().UnixNano(), Pad: make([]byte, pad)}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq, sent, ok := stampNumbers(stampType, b); !ok || seq != m.Seq || sent != m.SentUnixNano {
+			t.Fatalf("pad %d: stampNumbers = %d, %d, %v; want %d, %d, true", pad, seq, sent, ok, m.Seq, m.SentUnixNano)
+		}
+		if _, _, ok := stampNumbers("other.Type", b); ok {
+			t.Fatalf("pad %d: another type was read as a Stamp", pad)
+		}
+		if _, _, ok := stampNumbers(stampType, b[:len(b)-1]); ok && pad > 0 {
+			t.Fatalf("pad %d: a truncated encoding was read", pad)
+		}
+	}
+}
+
+// TestEncodedRunsAreLabelled: an -encoded run's EchoPubSub scenarios say so
+// in their label, and it is never rendered into a report, whose rows would
+// read as the decoded figures.
+func TestEncodedRunsAreLabelled(t *testing.T) {
+	o, err := parseFlags([]string{"-encoded", "-systems", sysOurs + "," + sysRaw, "-intervals", "0s", "-payloads", "10,200", "-latency=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range o.matrix() {
+		if got := strings.HasPrefix(s.label(), "echopubsub-encoded "); got != (s.System == sysOurs) {
+			t.Fatalf("scenario %q: labelled encoded %v, want %v", s.label(), got, s.System == sysOurs)
+		}
+	}
+	for _, extra := range [][]string{{"-doc", "x.md"}, {"-full"}, {"-memory"}} {
+		if _, err := parseFlags(append([]string{"-encoded"}, extra...)); err == nil {
+			t.Fatalf("-encoded %v was accepted", extra)
+		}
 	}
 }

@@ -112,6 +112,7 @@ type options struct {
 	memLimits    string
 	traceTail    bool
 	traceFrom    string
+	encoded      bool
 }
 
 // savedOptions is what a report needs of the options, saved with a run.
@@ -179,6 +180,7 @@ func parseFlags(args []string) (*options, error) {
 	memory := fs.Bool("memory", false, "node 0's memory with BufferSize 2 x N full (issue 26 item 4): EchoPubSub, 3 nodes, payloads 10,200, N=1e6, 100ms, each -memlimit; -doc writes only its section")
 	memLimits := fs.String("memlimit", "off,auto", "with -memory: node 0's GOMEMLIMIT per run: off, auto (Config.MemoryLimit) or a size such as 300MiB")
 	traceTail := fs.Bool("trace-tail", false, "latency runs only, each message traced: the stages of the median and of the tail (>= p99) across the processes, and the Go runtime of each process (issue 26 item 3); with -profile, CPU profiles of nodes 0 and 1 over the latency run (<scenario>.n<i>.cpu.pprof in -logdir)")
+	encoded := fs.Bool("encoded", false, "EchoPubSub's subscribers take each message encoded (WithFormat(FormatEncoded): type name and bytes, not decoded) and read the Stamp's numbers from the bytes; its scenarios are labelled echopubsub-encoded (not with -doc, -full or -memory: the report would read them as the decoded figures)")
 	traceFrom := fs.String("trace-from", "", "do not run: analyse a trace a -trace-tail run saved (<scenario>.trace.json in its -logdir)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -229,7 +231,10 @@ func parseFlags(args []string) (*options, error) {
 	o := &options{systems: strings.Split(*systems, ","), n: *n, n0: *n0, reps: *reps, pubs: *pubs, warmup: *warmup, rate: *rate,
 		latSecs: *latSecs, latency: *latency, profile: *profile, stall: *stall, doc: *doc, jsonOut: *jsonOut,
 		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, maxFlight: *maxFlight, nPeer: map[string]int{},
-		memory: *memory, memLimits: *memLimits, traceTail: *traceTail, traceFrom: *traceFrom}
+		memory: *memory, memLimits: *memLimits, traceTail: *traceTail, traceFrom: *traceFrom, encoded: *encoded}
+	if o.encoded && (*doc != "" || *full || *memory || *from != "") {
+		return nil, fmt.Errorf("-encoded runs are not rendered into a report (-doc, -full, -memory, -from): its rows would read as the decoded figures")
+	}
 	if o.traceTail {
 		o.latency = true
 	}
@@ -347,7 +352,7 @@ func (o *options) matrix() []scenario {
 				if sys == sysOurs {
 					for _, iv := range o.intervals {
 						out = append(out, scenario{System: sys, Nodes: nodes, Interval: iv, Pad: pad, N: nFor(sys, iv), Reps: o.reps, Pubs: o.pubs,
-							Profile: o.profile && nodes == o.nodes[0] && pad == o.payloads[0]})
+							Profile: o.profile && nodes == o.nodes[0] && pad == o.payloads[0], Encoded: o.encoded})
 					}
 					continue
 				}
@@ -358,7 +363,7 @@ func (o *options) matrix() []scenario {
 	if contains(o.systems, sysOurs) {
 		for _, nodes := range o.scale {
 			for _, iv := range o.intervals {
-				out = append(out, scenario{System: sysOurs, Nodes: nodes, Interval: iv, Pad: o.payloads[0], N: nFor(sysOurs, iv), Reps: o.reps, Pubs: o.pubs})
+				out = append(out, scenario{System: sysOurs, Nodes: nodes, Interval: iv, Pad: o.payloads[0], N: nFor(sysOurs, iv), Reps: o.reps, Pubs: o.pubs, Encoded: o.encoded})
 			}
 		}
 	}
@@ -382,7 +387,8 @@ func (o *options) latencyScenarios(out []scenario) []scenario {
 				ivs = o.latIntervals
 			}
 			for _, iv := range ivs {
-				out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: rate})
+				out = append(out, scenario{System: sys, Nodes: o.nodes[0], Interval: iv, Pad: o.payloads[0], N: n, Reps: 1, Pubs: o.pubs, Rate: rate,
+					Encoded: o.encoded && sys == sysOurs})
 			}
 		}
 	}

@@ -42,6 +42,9 @@ type nodeConfig struct {
 	MemSample bool `json:"mem_sample,omitempty"`
 	// TraceTail: trace each message of the latency runs (tailtrace.go).
 	TraceTail bool `json:"trace_tail,omitempty"`
+	// Encoded: EchoPubSub's collector subscribes WithFormat(FormatEncoded)
+	// and reads each Stamp's numbers from its bytes (-encoded).
+	Encoded bool `json:"encoded,omitempty"`
 	// nats server role
 	NatsPort int    `json:"nats_port,omitempty"`
 	StoreDir string `json:"store_dir,omitempty"`

@@ -31,10 +31,17 @@ type scenario struct {
 	Profile bool `json:"profile,omitempty"`
 	// MemLimit > 0: node 0 runs with GOMEMLIMIT set to it (bytes).
 	MemLimit int64 `json:"mem_limit,omitempty"`
+	// Encoded: EchoPubSub's subscribers take each message encoded
+	// (-encoded), not decoded; labelled "echopubsub-encoded".
+	Encoded bool `json:"encoded,omitempty"`
 }
 
 func (s scenario) label() string {
-	l := fmt.Sprintf("%s nodes=%d pad=%dB", s.System, s.Nodes, s.Pad)
+	sys := s.System
+	if s.Encoded {
+		sys += "-encoded" // not the decoded figure: subscribers WithFormat(FormatEncoded)
+	}
+	l := fmt.Sprintf("%s nodes=%d pad=%dB", sys, s.Nodes, s.Pad)
 	if s.System == sysOurs {
 		l += fmt.Sprintf(" interval=%v", s.Interval)
 	}
@@ -82,9 +89,13 @@ type result struct {
 	// runnable but waiting for a core (proc.RunQueueWait), per delivery:
 	// with CPUNsPerDelivery, it tells waiting in the pipeline from the
 	// machine's other work holding the cores.
-	RunQueueNsPerDelivery float64           `json:"runq_ns_per_delivery,omitempty"`
-	Lat                   *latResult        `json:"latency,omitempty"`
-	Profiles              map[string]string `json:"profiles,omitempty"`
+	RunQueueNsPerDelivery float64 `json:"runq_ns_per_delivery,omitempty"`
+	// NodeCPUNsPerMessage: each node's own user+sys CPU over the counted
+	// repetitions per message it delivered (N x repetitions); node 0
+	// publishes, the others receive.
+	NodeCPUNsPerMessage []float64         `json:"node_cpu_ns_per_message,omitempty"`
+	Lat                 *latResult        `json:"latency,omitempty"`
+	Profiles            map[string]string `json:"profiles,omitempty"`
 	// ProfileFiles are the CPU profiles behind Profiles, by node.
 	ProfileFiles map[string]string `json:"profile_files,omitempty"`
 	// Mem: node 0's memory at its peak and at the end (-memory runs).
@@ -162,7 +173,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
 				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MaxBatchesInFlight: r.maxFlight, MemSample: r.memory && i == 0,
-				TraceTail: r.traceTail && s.Rate > 0}
+				TraceTail: r.traceTail && s.Rate > 0, Encoded: s.Encoded}
 			var env []string
 			if i == 0 && s.MemLimit > 0 {
 				env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", s.MemLimit))
@@ -233,6 +244,9 @@ func (r *runner) runErr(s scenario, res *result) error {
 	if deliveries := float64(s.N) * float64(s.Nodes) * float64(reps); s.Rate == 0 && deliveries > 0 {
 		res.CPUNsPerDelivery = float64(cpuOf(procs)-cpu0) / deliveries
 		res.RunQueueNsPerDelivery = float64(runQueueOf(procs)-runq0) / deliveries
+		for _, c := range tin.CPU {
+			res.NodeCPUNsPerMessage = append(res.NodeCPUNsPerMessage, float64(c)/(float64(s.N)*float64(reps)))
+		}
 	}
 	if s.Profile && s.Rate == 0 {
 		res.Profiles = map[string]string{}
