@@ -48,8 +48,9 @@ type Config struct {
 	// less CPU per message (a third of the publishing node's at 10,000
 	// msg/s: docs/benchmarks.md). The first answer after a quiet
 	// AckInterval goes at once, and so does the answer to a batch that a
-	// receipt waits on (BroadcastAwait): only the producer's window and
-	// buffer see the wait. 0 answers as soon as the batches queued at the
+	// receipt waits on (BroadcastAwait) or that fills the producer's
+	// window to that node (MaxBatchesInFlight): only the producer's buffer
+	// sees the wait. 0 answers as soon as the batches queued at the
 	// worker are handled. In [0, CallTimeout/10]. Defaults to 1ms.
 	AckInterval time.Duration
 	// CapacityWarningThreshold: a warning is logged (and a

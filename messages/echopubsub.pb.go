@@ -501,8 +501,9 @@ type Batch struct {
 	PayloadSize         []uint32               `protobuf:"varint,12,rep,packed,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
 	Payloads            []byte                 `protobuf:"bytes,13,opt,name=payloads,proto3" json:"payloads,omitempty"`
 	Options             []*EntryOption         `protobuf:"bytes,14,rep,name=options,proto3" json:"options,omitempty"`
-	// A receipt waits on an entry of this batch (BroadcastAwait): the worker
-	// answers it as soon as it is delivered, not after its AckInterval. A
+	// A receipt waits on an entry of this batch (BroadcastAwait), or the
+	// batch fills its producer's window to this node: the worker answers it
+	// as soon as it is delivered, not after its AckInterval. A
 	// worker of an earlier build answers every batch so anyway.
 	Awaited       bool `protobuf:"varint,15,opt,name=awaited,proto3" json:"awaited,omitempty"`
 	unknownFields protoimpl.UnknownFields

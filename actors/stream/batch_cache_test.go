@@ -88,7 +88,7 @@ func TestBatchCacheSendsWhatABuildWould(t *testing.T) {
 			if i == 0 {
 				version = messages.PreviousProtocolVersion
 			}
-			b := p.batch(d, version)
+			b := p.batch(d, version, nil)
 			wire, err := proto.Marshal(b.wire)
 			if err != nil {
 				t.Fatal(err)

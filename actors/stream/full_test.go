@@ -48,7 +48,7 @@ func TestFullMatchesTheBuffer(t *testing.T) {
 			}
 		case r < 9: // a batch from sent, as sendBatch sends it
 			if pe.sent < w && w-pe.sent <= uint64(p.ring.Cap()) {
-				b := p.batch(ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: w}, messages.ProtocolVersion)
+				b := p.batch(ringbuf.Decision{Kind: ringbuf.Messages, From: pe.sent, To: w}, messages.ProtocolVersion, nil)
 				pe.sentTo(pe.sent+uint64(b.n), b.size)
 			}
 		default: // sent jumps anywhere still buffered

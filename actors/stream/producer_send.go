@@ -134,7 +134,7 @@ func (p *producer) rewind(pe *peer) {
 // check per peer (onAckCheck) stands in for the futures' timeouts either
 // way.
 func (p *producer) sendBatch(ctx actor.Context, pe *peer, d ringbuf.Decision) {
-	b := p.batch(d, p.speaks(pe))
+	b := p.batch(d, p.speaks(pe), pe)
 	target := d.From + uint64(b.n)
 	pe.burst = pe.burst || b.full
 	pe.sentTo(target, b.size)
@@ -444,17 +444,28 @@ type outBatch struct {
 	// full: cut by MaxBatchMessages or MaxBatchBytes, not by the write
 	// cursor: any decision from first that reaches past it gets the same.
 	full bool
-	wire *messages.Batch // messages.Encoded
+	// awaited: the batch asks its worker to answer at the mailbox's turn,
+	// not after AckInterval (messages.Batch.awaited; see batch).
+	awaited bool
+	wire    *messages.Batch // messages.Encoded
 }
 
 // batch returns the batch for decision d in protocol version version: from
 // d.From, as many entries as MaxBatchMessages and MaxBatchBytes allow (at
 // least one), encoded once. Nodes that need the same range share it (see
 // recent).
-func (p *producer) batch(d ringbuf.Decision, version uint32) *outBatch {
+//
+// The batch is awaited (answered at the worker's mailbox turn, not after
+// its AckInterval) when a receipt waits on a write in it, or when it
+// closes pe's window (closes): nothing more goes to pe until an answer
+// comes, so a held answer would stall the stream, and a receipt's batch
+// behind it, for the interval. A cached batch that is not awaited is not
+// reused for a node whose window it closes. pe nil: no window (tests).
+func (p *producer) batch(d ringbuf.Decision, version uint32, pe *peer) *outBatch {
 	for _, b := range p.recent {
 		if b != nil && b.first == d.From && b.inc == p.inc && b.version == version &&
-			(b.first+uint64(b.n) == d.To || b.full && b.first+uint64(b.n) <= d.To) {
+			(b.first+uint64(b.n) == d.To || b.full && b.first+uint64(b.n) <= d.To) &&
+			(b.awaited || !p.closes(pe, version, b.n, b.size)) {
 			return b
 		}
 	}
@@ -487,9 +498,10 @@ entries:
 		}
 	}
 	b.n = p.enc.Len()
+	b.awaited = p.awaited(d.From, d.From+uint64(b.n)) || p.closes(pe, version, b.n, b.size)
 	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
 		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
-		Awaited: p.awaited(d.From, d.From+uint64(b.n))}))
+		Awaited: b.awaited}))
 	if err != nil {
 		return b
 	}
@@ -512,11 +524,25 @@ func (p *producer) windowOpen(pe *peer) bool {
 	if p.speaks(pe) == messages.PreviousProtocolVersion {
 		return len(pe.flights) == 0
 	}
-	// Room for one more full batch: what is in flight stays within the
-	// window (and InFlightBytes), whatever the next batch's size.
-	return len(pe.flights) < maxFlights &&
-		pe.flightMsgs+p.cfg.MaxBatchMessages <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchMessages &&
-		pe.flightBytes+p.cfg.MaxBatchBytes <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
+	return p.room(len(pe.flights), pe.flightMsgs, pe.flightBytes)
+}
+
+// room reports whether a window with flights batches of msgs entries and
+// bytes bytes in flight has room for one more full batch: what is in
+// flight stays within the window (and InFlightBytes), whatever the next
+// batch's size.
+func (p *producer) room(flights, msgs, bytes int) bool {
+	return flights < maxFlights &&
+		msgs+p.cfg.MaxBatchMessages <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchMessages &&
+		bytes+p.cfg.MaxBatchBytes <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
+}
+
+// closes reports whether a batch of n entries and size bytes, sent to pe
+// in protocol version, leaves pe's window with no room (see batch). A
+// worker of the previous version answers every batch at once anyway.
+func (p *producer) closes(pe *peer, version uint32, n, size int) bool {
+	return pe != nil && version != messages.PreviousProtocolVersion &&
+		!p.room(len(pe.flights)+1, pe.flightMsgs+n, pe.flightBytes+size)
 }
 
 // maxFlights bounds the batches in flight to one node whatever their size,

@@ -272,12 +272,13 @@ func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) 
 //
 // The held answers go at the mailbox's turn (a flushAcks queued behind the
 // batches in it) when the last ones went AckInterval ago or more, or when
-// a receipt waits on the batch (awaited: messages.Batch.awaited);
+// a receipt waits on the batch or it filled its producer's window
+// (awaited: messages.Batch.awaited, see producer.batch);
 // otherwise when AckInterval has passed since (ackTimer). Under a steady
 // stream a node then reads and writes one answer per AckInterval, not one
 // per batch of a few messages: at 10,000 msg/s that was most of the
 // publishing node's system calls (docs/benchmarks.md, "Figures behind
-// code comments"). Only the producer's window and its buffer wait for it:
+// code comments"). Only the producer's buffer waits for it:
 // every batch was delivered before its answer was held.
 func (w *worker) hold(ctx actor.Context, from string, req proto.Message, ack *messages.BatchAck, awaited bool) {
 	i := 0
