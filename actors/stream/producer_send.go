@@ -94,8 +94,14 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 // in flight would add up to a round trip to every message published while a
 // batch is out: most of the tail had waited so (docs/benchmarks.md,
 // "Figures behind code comments").
+//
+// A part batch that holds a write a receipt waits on does not wait: the
+// answers to the batches in flight may be held for the worker's
+// AckInterval (they were sent before the receipt, not awaited), and
+// BroadcastAwait does not wait for that (see batch).
 func (p *producer) partWaits(pe *peer) bool {
-	return p.cfg.BatchInterval > 0 && len(pe.flights) > 0 && !p.full(pe)
+	return p.cfg.BatchInterval > 0 && len(pe.flights) > 0 && !p.full(pe) &&
+		!p.awaited(pe.sent, p.ring.WriteCursor())
 }
 
 // burstTail reports whether pe's part batch goes without waiting for the
