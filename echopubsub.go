@@ -148,7 +148,9 @@ func WithMaxQueueLen(n int) SubscribeOption {
 //     encoding does not decode that topic's messages at all, and a type
 //     this node does not link arrives as its bytes (decode them with
 //     messages.Decode). The publishing node hands over the bytes it
-//     encoded in Broadcast, without encoding again.
+//     encoded in Broadcast, without encoding again; for a
+//     *messages.Broadcast an actor sent in process, its Any's bytes, so
+//     that actor must not write to them once sent.
 //   - FormatBoth: a *messages.Delivery with Message and the encoding.
 //
 // The payload is shared, read-only, by every subscriber of this node that
