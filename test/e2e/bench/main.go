@@ -91,6 +91,7 @@ type options struct {
 	maxBatch   int
 	maxPending int
 	maxFlight  int
+	ackIval    time.Duration
 	rate       int
 	// extraRates: more offered loads for the latency runs (EchoPubSub at
 	// latIntervals, raw protoactor and NATS core only); latIntervals:
@@ -176,6 +177,7 @@ func parseFlags(args []string) (*options, error) {
 	maxBatch := fs.Int("max-batch-messages", 0, "experiment: EchoPubSub Config.MaxBatchMessages (0: library default)")
 	maxPending := fs.Int("max-pending-writes", 0, "experiment: EchoPubSub Config.MaxPendingWrites (0: library default)")
 	maxFlight := fs.Int("max-batches-in-flight", 0, "experiment: EchoPubSub Config.MaxBatchesInFlight (0: library default)")
+	ackIval := fs.Duration("ack-interval", -1, "experiment: EchoPubSub Config.AckInterval (negative: library default)")
 	from := fs.String("from", "", "do not run: render -doc from a results.json a previous run saved")
 	memory := fs.Bool("memory", false, "node 0's memory with BufferSize 2 x N full (issue 26 item 4): EchoPubSub, 3 nodes, payloads 10,200, N=1e6, 100ms, each -memlimit; -doc writes only its section")
 	memLimits := fs.String("memlimit", "off,auto", "with -memory: node 0's GOMEMLIMIT per run: off, auto (Config.MemoryLimit) or a size such as 300MiB")
@@ -230,7 +232,7 @@ func parseFlags(args []string) (*options, error) {
 	}
 	o := &options{systems: strings.Split(*systems, ","), n: *n, n0: *n0, reps: *reps, pubs: *pubs, warmup: *warmup, rate: *rate,
 		latSecs: *latSecs, latency: *latency, profile: *profile, stall: *stall, doc: *doc, jsonOut: *jsonOut,
-		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, maxFlight: *maxFlight, nPeer: map[string]int{},
+		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, maxFlight: *maxFlight, ackIval: *ackIval, nPeer: map[string]int{},
 		memory: *memory, memLimits: *memLimits, traceTail: *traceTail, traceFrom: *traceFrom, encoded: *encoded}
 	if o.encoded && (*doc != "" || *full || *memory || *from != "") {
 		return nil, fmt.Errorf("-encoded runs are not rendered into a report (-doc, -full, -memory, -from): its rows would read as the decoded figures")
@@ -411,7 +413,7 @@ func runAll(o *options) ([]result, error) {
 	m := o.matrix()
 	p := newProgress(len(m), o.quiet)
 	p.note("bench: %d scenarios, logs in %s", len(m), dir)
-	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, maxFlight: o.maxFlight, traceTail: o.traceTail, traceProfile: o.traceTail && o.profile, progress: p}
+	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, maxFlight: o.maxFlight, ackIval: o.ackIval, traceTail: o.traceTail, traceProfile: o.traceTail && o.profile, progress: p}
 	var out []result
 	for _, s := range m {
 		p.next()

@@ -139,7 +139,7 @@ func memoryMain(o *options) error {
 	}
 	p := newProgress(len(ss), o.quiet)
 	p.note("bench -memory: %d scenarios, logs and heap profiles in %s", len(ss), dir)
-	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, memory: true, progress: p}
+	r := &runner{dir: dir, stall: o.stall, warmup: o.warmup, maxBatch: o.maxBatch, maxPending: o.maxPending, ackIval: o.ackIval, memory: true, progress: p}
 	var rows []memRow
 	for _, s := range ss {
 		p.next()

@@ -113,6 +113,7 @@ type runner struct {
 	warmup int // messages of the uncounted first repetition; 0 none
 	// EchoPubSub config overrides for experiments (0: library default).
 	maxBatch, maxPending, maxFlight int
+	ackIval                         time.Duration // < 0: the library's
 	// memory: sample node 0's memory and keep its heap profile (-memory).
 	memory bool
 	// traceTail: trace each message of the latency runs (-trace-tail);
@@ -172,7 +173,7 @@ func (r *runner) runErr(s scenario, res *result) error {
 			defer wg.Done()
 			cfg := nodeConfig{System: s.System, Index: i, Addrs: addrs, NatsURL: natsURL,
 				BatchInterval: s.Interval, Buffer: 2 * s.N, Pubs: s.Pubs,
-				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MaxBatchesInFlight: r.maxFlight, MemSample: r.memory && i == 0,
+				MaxBatchMessages: r.maxBatch, MaxPendingWrites: r.maxPending, MaxBatchesInFlight: r.maxFlight, AckInterval: r.ackIval, MemSample: r.memory && i == 0,
 				TraceTail: r.traceTail && s.Rate > 0, Encoded: s.Encoded}
 			var env []string
 			if i == 0 && s.MemLimit > 0 {
