@@ -45,7 +45,7 @@ type Config struct {
 	// while batches keep coming: an answer acknowledges every batch its
 	// node's producer sent before it, so under a steady stream one answer
 	// goes per AckInterval instead of one per batch, and each side spends
-	// less CPU per message (a third of the publishing node's at 10,000
+	// less CPU per message (about a third of the publishing node's at 10,000
 	// msg/s: docs/benchmarks.md). The first answer after a quiet
 	// AckInterval goes at once, and so does the answer to a batch that a
 	// receipt waits on (BroadcastAwait) or that fills the producer's
