@@ -128,16 +128,7 @@ func TestCursorExpiredAfterElevenMessagesWithBufferTen(t *testing.T) {
 	cfg.BufferSize = 10
 	nodes := test.StartCluster(t, 2, cfg)
 	c := nodes[1].Subscribe(t, "match")
-	// About a joined node's cursor falling behind (Missed is exact then); a
-	// node cut off before its join is TestStartupPartitionLongerThanBuffer.
-	waitJoined(t, nodes)
-	test.Partition(nodes, 1)
-	for i := uint64(1); i <= 11; i++ {
-		nodes[0].Broadcast(t, "match", stamp(i))
-	}
-	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].NodeStats(t, nodes[1].Addr).Expired },
-		test.Sprintf("node 1 expired in node 0's view"))
-	test.Heal(nodes)
+	expireJoinedNode1(t, nodes, 11)
 	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](c) == 1 }, c.Describe)
 	ce := c.All()[0].(*messages.CursorExpired)
 	if ce.Node != nodes[0].Addr || ce.Missed != 11 { // 1 overwritten, the 10 still buffered skipped
@@ -185,6 +176,23 @@ func TestProducerRestartedWhileAwayExpires(t *testing.T) {
 	test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.CursorExpired](local) == 1 }, local.Describe)
 	nodes[0].Broadcast(t, "match", stamp(3))
 	wantStamps(t, c, 1, 3)
+}
+
+// expireJoinedNode1 cuts node 1 off once it has joined, broadcasts stamps
+// 1..n on "match" from node 0 (more than its BufferSize), waits until node 0
+// counts node 1 expired, and heals. About a joined node's cursor falling
+// behind (Missed is exact then); a node cut off before its join is
+// TestStartupPartitionLongerThanBuffer.
+func expireJoinedNode1(t *testing.T, nodes []*test.Node, n uint64) {
+	t.Helper()
+	waitJoined(t, nodes)
+	test.Partition(nodes, 1)
+	for i := uint64(1); i <= n; i++ {
+		nodes[0].Broadcast(t, "match", stamp(i))
+	}
+	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].NodeStats(t, nodes[1].Addr).Expired },
+		test.Sprintf("node 1 expired in node 0's view"))
+	test.Heal(nodes)
 }
 
 // crashProducer makes nd's group-0 producer panic on its next send (a fault

@@ -245,16 +245,7 @@ func TestEncodedSubscriberIsToldCursorExpired(t *testing.T) {
 	nodes := test.StartCluster(t, 2, cfg)
 	dec := nodes[1].Subscribe(t, "match")
 	enc := nodes[1].Subscribe(t, "match", echopubsub.WithFormat(echopubsub.FormatEncoded))
-	// About a joined node's cursor falling behind (Missed is exact then), as
-	// TestCursorExpiredAfterElevenMessagesWithBufferTen.
-	waitJoined(t, nodes)
-	test.Partition(nodes, 1)
-	for i := uint64(1); i <= 11; i++ {
-		nodes[0].Broadcast(t, "match", stamp(i))
-	}
-	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].NodeStats(t, nodes[1].Addr).Expired },
-		test.Sprintf("node 1 expired in node 0's view"))
-	test.Heal(nodes)
+	expireJoinedNode1(t, nodes, 11)
 	subs := map[string]*test.Collector{"decoded": dec, "encoded": enc}
 	for _, c := range subs {
 		test.Eventually(t, 10*time.Second, func() bool { return len(eventsOf(c)) == 1 }, c.Describe)

@@ -268,62 +268,47 @@ func TestReceiptDoesNotWaitForAckInterval(t *testing.T) {
 	}
 }
 
-// A receipt does not wait for AckInterval behind a full window either: the
-// batches that fill it were sent before the receipt existed (not
-// Batch.awaited), so their answer is held for the interval, and the batch
-// the receipt waits on cannot go until one comes. Here the window is one
-// message (MaxBatchesInFlight 1, MaxBatchMessages 1) and AckInterval 20s:
-// s1's answer goes at once (the first after a quiet interval), s2's is
-// held, and s3 (BroadcastAwait) waits for it. The receipt's 10s is what a
-// delivery takes on a loaded machine many times over, and half the
-// interval it would otherwise wait.
-func TestReceiptDoesNotWaitForAckIntervalBehindAFullWindow(t *testing.T) {
-	cfg := fastConfig()
-	cfg.CallTimeout = 200 * time.Second
-	cfg.AckInterval = cfg.CallTimeout / 10
-	cfg.MaxBatchesInFlight, cfg.MaxBatchMessages = 1, 1
-	nodes := test.StartCluster(t, 2, cfg)
-	c := nodes[1].Subscribe(t, "match")
-	for i := uint64(1); i <= 2; i++ {
-		if err := nodes[0].PS.Broadcast(nil, "match", stamp(i)); err != nil {
-			t.Fatal(err)
-		}
-		wantStamps(t, c, seqs(1, i)...) // on node 1: its batch is delivered, its answer sent or held
+// A receipt does not wait for AckInterval behind batches sent before it
+// existed (not Batch.awaited), whose answer is held for the interval (20s
+// here):
+//   - full window: the window is one message (MaxBatchesInFlight 1,
+//     MaxBatchMessages 1); s1's answer goes at once (the first after a
+//     quiet interval), s2's is held, and the batch of s3 (BroadcastAwait)
+//     cannot go until an answer comes;
+//   - batch in flight: with a BatchInterval a part batch waits for the
+//     batches in flight to be answered (partWaits), and s2's answer (not
+//     filling the window) is held.
+//
+// The receipt's 10s is what a delivery takes on a loaded machine many times
+// over, and half the interval it would otherwise wait.
+func TestReceiptDoesNotWaitForAckIntervalBehindEarlierBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		window int // MaxBatchesInFlight and MaxBatchMessages; 0: the defaults
+	}{{"full window", 1}, {"batch in flight", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fastConfig() // BatchInterval 10ms
+			cfg.CallTimeout = 200 * time.Second
+			cfg.AckInterval = cfg.CallTimeout / 10
+			if tc.window > 0 {
+				cfg.MaxBatchesInFlight, cfg.MaxBatchMessages = tc.window, tc.window
+			}
+			nodes := test.StartCluster(t, 2, cfg)
+			c := nodes[1].Subscribe(t, "match")
+			for i := uint64(1); i <= 2; i++ {
+				if err := nodes[0].PS.Broadcast(nil, "match", stamp(i)); err != nil {
+					t.Fatal(err)
+				}
+				wantStamps(t, c, seqs(1, i)...) // on node 1: its batch is delivered, its answer sent or held
+			}
+			start := time.Now()
+			r, err := nodes[0].PS.BroadcastAwait(awaitCtx(t, 10*time.Second), nil, "match", stamp(3))
+			if err != nil {
+				t.Fatalf("BroadcastAwait after %v: %v (receipt %+v): it waited behind the answer held for AckInterval (%v)",
+					time.Since(start), err, r, cfg.AckInterval)
+			}
+			wantStatus(t, r, echopubsub.Delivered, nodes...)
+			wantStamps(t, c, 1, 2, 3)
+		})
 	}
-	start := time.Now()
-	r, err := nodes[0].PS.BroadcastAwait(awaitCtx(t, 10*time.Second), nil, "match", stamp(3))
-	if err != nil {
-		t.Fatalf("BroadcastAwait after %v: %v (receipt %+v): it waited behind the answer held for AckInterval (%v)",
-			time.Since(start), err, r, cfg.AckInterval)
-	}
-	wantStatus(t, r, echopubsub.Delivered, nodes...)
-	wantStamps(t, c, 1, 2, 3)
-}
-
-// A receipt does not wait for AckInterval behind a batch in flight either:
-// with a BatchInterval a part batch waits for the batches in flight to be
-// answered (partWaits), and the answer to s2 (sent before the receipt
-// existed, not Batch.awaited, not filling the window) is held for the
-// interval, 20s here. The receipt's 10s is what a delivery takes on a
-// loaded machine many times over, and half the interval it would wait.
-func TestReceiptDoesNotWaitForAckIntervalBehindABatchInFlight(t *testing.T) {
-	cfg := fastConfig() // BatchInterval 10ms
-	cfg.CallTimeout = 200 * time.Second
-	cfg.AckInterval = cfg.CallTimeout / 10
-	nodes := test.StartCluster(t, 2, cfg)
-	c := nodes[1].Subscribe(t, "match")
-	for i := uint64(1); i <= 2; i++ {
-		if err := nodes[0].PS.Broadcast(nil, "match", stamp(i)); err != nil {
-			t.Fatal(err)
-		}
-		wantStamps(t, c, seqs(1, i)...) // on node 1: its batch is delivered, its answer sent or held
-	}
-	start := time.Now()
-	r, err := nodes[0].PS.BroadcastAwait(awaitCtx(t, 10*time.Second), nil, "match", stamp(3))
-	if err != nil {
-		t.Fatalf("BroadcastAwait after %v: %v (receipt %+v): it waited behind the answer held for AckInterval (%v)",
-			time.Since(start), err, r, cfg.AckInterval)
-	}
-	wantStatus(t, r, echopubsub.Delivered, nodes...)
-	wantStamps(t, c, 1, 2, 3)
 }
