@@ -91,7 +91,7 @@ type options struct {
 	maxBatch   int
 	maxPending int
 	maxFlight  int
-	ackIval    time.Duration
+	ackIval    *time.Duration // nil: the library's AckInterval
 	rate       int
 	// extraRates: more offered loads for the latency runs (EchoPubSub at
 	// latIntervals, raw protoactor and NATS core only); latIntervals:
@@ -232,7 +232,7 @@ func parseFlags(args []string) (*options, error) {
 	}
 	o := &options{systems: strings.Split(*systems, ","), n: *n, n0: *n0, reps: *reps, pubs: *pubs, warmup: *warmup, rate: *rate,
 		latSecs: *latSecs, latency: *latency, profile: *profile, stall: *stall, doc: *doc, jsonOut: *jsonOut,
-		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, maxFlight: *maxFlight, ackIval: *ackIval, nPeer: map[string]int{},
+		goBench: *goBench, quiet: *quiet, logDir: *logDir, from: *from, maxBatch: *maxBatch, maxPending: *maxPending, maxFlight: *maxFlight, ackIval: durationIfSet(*ackIval), nPeer: map[string]int{},
 		memory: *memory, memLimits: *memLimits, traceTail: *traceTail, traceFrom: *traceFrom, encoded: *encoded}
 	if o.encoded && (*doc != "" || *full || *memory || *from != "") {
 		return nil, fmt.Errorf("-encoded runs are not rendered into a report (-doc, -full, -memory, -from): its rows would read as the decoded figures")
@@ -552,4 +552,12 @@ func saveProfiles(results []result, dir string) error {
 	}
 	fmt.Fprintf(os.Stderr, "copied %d CPU profiles to %s\n", len(files), dir)
 	return nil
+}
+
+// durationIfSet is d, or nil when d is negative (a flag's "not set").
+func durationIfSet(d time.Duration) *time.Duration {
+	if d < 0 {
+		return nil
+	}
+	return &d
 }

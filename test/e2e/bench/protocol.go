@@ -38,8 +38,8 @@ type nodeConfig struct {
 	MaxBatchMessages   int `json:"max_batch_messages,omitempty"`
 	MaxPendingWrites   int `json:"max_pending_writes,omitempty"`
 	MaxBatchesInFlight int `json:"max_batches_in_flight,omitempty"`
-	// AckInterval: EchoPubSub's Config.AckInterval when >= 0 (-1: default).
-	AckInterval time.Duration `json:"ack_interval"`
+	// AckInterval: EchoPubSub's Config.AckInterval when set (nil: default).
+	AckInterval *time.Duration `json:"ack_interval,omitempty"`
 	// MemSample: sample the process's memory (memsample.go) for "memstats".
 	MemSample bool `json:"mem_sample,omitempty"`
 	// TraceTail: trace each message of the latency runs (tailtrace.go).

@@ -113,7 +113,7 @@ type runner struct {
 	warmup int // messages of the uncounted first repetition; 0 none
 	// EchoPubSub config overrides for experiments (0: library default).
 	maxBatch, maxPending, maxFlight int
-	ackIval                         time.Duration // < 0: the library's
+	ackIval                         *time.Duration // nil: the library's
 	// memory: sample node 0's memory and keep its heap profile (-memory).
 	memory bool
 	// traceTail: trace each message of the latency runs (-trace-tail);

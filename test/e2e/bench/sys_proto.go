@@ -131,8 +131,8 @@ func startOurs(cfg nodeConfig, coll *Collector, tr *tailTracer) (system, error) 
 	if cfg.MaxPendingWrites > 0 {
 		c.MaxPendingWrites = cfg.MaxPendingWrites
 	}
-	if cfg.AckInterval >= 0 {
-		c.AckInterval = cfg.AckInterval
+	if cfg.AckInterval != nil {
+		c.AckInterval = *cfg.AckInterval
 	}
 	if cfg.MaxBatchesInFlight > 0 {
 		c.MaxBatchesInFlight = cfg.MaxBatchesInFlight
