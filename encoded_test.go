@@ -230,7 +230,13 @@ func TestEncodedSubscriberIsToldOfBackPressure(t *testing.T) {
 	for _, c := range subs {
 		c.Release()
 	}
-	nodes[0].Broadcast(t, "match", stamp(51)) // after the batch: delivery resumes
+	// The DROPPING notice was queued behind everything a stalled subscriber
+	// took: once it has it, its queue is empty, and the next message is
+	// delivered rather than dropped against the bound.
+	for _, c := range subs {
+		test.Eventually(t, 10*time.Second, func() bool { return test.Count[*messages.BackPressure](c) == 1 }, c.Describe)
+	}
+	nodes[0].Broadcast(t, "match", stamp(51)) // after the drain: delivery resumes
 	for name, c := range subs {
 		test.Eventually(t, 10*time.Second, func() bool { s := c.Stamps(); return len(s) > 0 && s[len(s)-1] == 51 }, c.Describe)
 		noSilentGap(t, name, eventsOf(c))
