@@ -171,3 +171,28 @@ func TestEncodedRunsAreLabelled(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayForwardsEveryMessage: the raw relay system (raw protoactor with
+// EchoPubSub's two actor hops) delivers each message to every node's
+// collector, through the publishing node's out actor and the receiving
+// node's in actor, once: its figures measure the hops, not a loss.
+func TestRelayForwardsEveryMessage(t *testing.T) {
+	o, err := parseFlags([]string{"-systems", sysRelay, "-nodes", "3", "-n", "5000", "-reps", "1",
+		"-latency=false", "-quiet", "-stall", "15s", "-warmup", "0", "-logdir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := runAll(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || results[0].Err != "" || len(results[0].Reps) != 1 {
+		t.Fatalf("want one run of %s, got %+v", sysRelay, results)
+	}
+	rr := results[0].Reps[0]
+	for i, u := range rr.Unique {
+		if u != 5000 || rr.Dups[i] != 0 {
+			t.Errorf("node %d counted %d distinct of 5000, %d duplicates", i, u, rr.Dups[i])
+		}
+	}
+}

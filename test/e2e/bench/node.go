@@ -63,6 +63,8 @@ func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
 		n.sys, err = startOurs(cfg, n.coll, n.tracer)
 	case sysRaw:
 		n.sys, err = startRaw(cfg, n.coll)
+	case sysRelay:
+		n.sys, err = startRelay(cfg, n.coll)
 	case sysCluster:
 		n.sys, err = startCluster(cfg, n.coll)
 	case sysNATS, sysJetStream:

@@ -17,12 +17,13 @@ const (
 const (
 	sysOurs      = "echopubsub"
 	sysRaw       = "protoactor-raw"
+	sysRelay     = "protoactor-raw-relay"
 	sysCluster   = "protoactor-cluster"
 	sysNATS      = "nats-core"
 	sysJetStream = "nats-jetstream"
 )
 
-var allSystems = []string{sysOurs, sysRaw, sysCluster, sysNATS, sysJetStream}
+var allSystems = []string{sysOurs, sysRaw, sysRelay, sysCluster, sysNATS, sysJetStream}
 
 // nodeConfig is a node process's whole configuration (JSON in configEnv).
 type nodeConfig struct {

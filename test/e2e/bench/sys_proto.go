@@ -245,6 +245,88 @@ func (r *raw) flush() error { return nil }
 
 func (r *raw) close() { r.remote.Shutdown(false) }
 
+// ---- raw protoactor remote with EchoPubSub's two actor hops ----
+
+// relay is raw protoactor with one more actor on each side of the wire,
+// where EchoPubSub has its producer (on the publishing node) and its worker
+// (on the receiving node): publish → the node's out actor → the wire → the
+// receiving node's in actor → its collector. Still one message per payload,
+// fire and forget: no batching, no cursor, no acknowledgement. Against raw
+// it measures what the two hops alone cost the tail; against EchoPubSub,
+// what is left of EchoPubSub's own protocol.
+type relay struct {
+	system *actor.ActorSystem
+	remote *remote.Remote
+	out    *actor.PID
+	ins    []*actor.PID // every node's in actor, this one's local
+}
+
+const (
+	relayOut = "bench-relay-out"
+	relayIn  = "bench-relay-in"
+)
+
+func startRelay(cfg nodeConfig, coll *Collector) (system, error) {
+	log := nodeLog()
+	host, port, err := hostPort(cfg.Addrs[cfg.Index])
+	if err != nil {
+		return nil, err
+	}
+	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
+	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log))
+	r.Start()
+	local, err := sys.Root.SpawnNamed(collectorProps(coll), rawCollector)
+	if err != nil {
+		return nil, err
+	}
+	in, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*testpb.Stamp); ok {
+			ctx.Forward(local) // the sender travels: a ping is answered by the collector
+		}
+	}), relayIn)
+	if err != nil {
+		return nil, err
+	}
+	rl := &relay{system: sys, remote: r}
+	for i, a := range cfg.Addrs {
+		if i == cfg.Index {
+			rl.ins = append(rl.ins, in)
+		} else {
+			rl.ins = append(rl.ins, actor.NewPID(a, relayIn))
+		}
+	}
+	rl.out, err = sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+		if m, ok := ctx.Message().(*testpb.Stamp); ok {
+			for _, p := range rl.ins {
+				ctx.Send(p, m)
+			}
+		}
+	}), relayOut)
+	if err != nil {
+		return nil, err
+	}
+	return rl, nil
+}
+
+// ready pings every node's collector through its in actor.
+func (r *relay) ready() (bool, string) {
+	for _, p := range r.ins {
+		if _, err := r.system.Root.RequestFuture(p, &testpb.Stamp{Publisher: "ping"}, 2*time.Second).Result(); err != nil {
+			return false, fmt.Sprintf("ping %s: %v", p.Address, err)
+		}
+	}
+	return true, ""
+}
+
+func (r *relay) publish(_ int, m *testpb.Stamp) error {
+	r.system.Root.Send(r.out, m)
+	return nil
+}
+
+func (r *relay) flush() error { return nil }
+
+func (r *relay) close() { r.remote.Shutdown(false) }
+
 // ---- protoactor cluster PubSub (BatchingProducer) ----
 
 // staticProvider is a cluster provider with a fixed member list: every node
