@@ -94,6 +94,52 @@ func (x *Stamp) GetSentUnixNano() int64 {
 	return 0
 }
 
+// StampBatch carries encoded Stamps in one message (the benchmark's
+// raw batching floor: no cursor, no acknowledgement).
+type StampBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stamps        [][]byte               `protobuf:"bytes,1,rep,name=stamps,proto3" json:"stamps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StampBatch) Reset() {
+	*x = StampBatch{}
+	mi := &file_testpb_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StampBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StampBatch) ProtoMessage() {}
+
+func (x *StampBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_testpb_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StampBatch.ProtoReflect.Descriptor instead.
+func (*StampBatch) Descriptor() ([]byte, []int) {
+	return file_testpb_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StampBatch) GetStamps() [][]byte {
+	if x != nil {
+		return x.Stamps
+	}
+	return nil
+}
+
 var File_testpb_proto protoreflect.FileDescriptor
 
 const file_testpb_proto_rawDesc = "" +
@@ -103,7 +149,10 @@ const file_testpb_proto_rawDesc = "" +
 	"\tpublisher\x18\x01 \x01(\tR\tpublisher\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03pad\x18\x03 \x01(\fR\x03pad\x12$\n" +
-	"\x0esent_unix_nano\x18\x04 \x01(\x03R\fsentUnixNanoB.Z,github.com/echopubsub/echopubsub/test/testpbb\x06proto3"
+	"\x0esent_unix_nano\x18\x04 \x01(\x03R\fsentUnixNano\"$\n" +
+	"\n" +
+	"StampBatch\x12\x16\n" +
+	"\x06stamps\x18\x01 \x03(\fR\x06stampsB.Z,github.com/echopubsub/echopubsub/test/testpbb\x06proto3"
 
 var (
 	file_testpb_proto_rawDescOnce sync.Once
@@ -117,9 +166,10 @@ func file_testpb_proto_rawDescGZIP() []byte {
 	return file_testpb_proto_rawDescData
 }
 
-var file_testpb_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_testpb_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_testpb_proto_goTypes = []any{
-	(*Stamp)(nil), // 0: echopubsub.test.v1.Stamp
+	(*Stamp)(nil),      // 0: echopubsub.test.v1.Stamp
+	(*StampBatch)(nil), // 1: echopubsub.test.v1.StampBatch
 }
 var file_testpb_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -140,7 +190,7 @@ func file_testpb_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_testpb_proto_rawDesc), len(file_testpb_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -65,6 +65,8 @@ func nodeMain(cfg nodeConfig, in io.Reader, out io.Writer) error {
 		n.sys, err = startRaw(cfg, n.coll)
 	case sysRelay:
 		n.sys, err = startRelay(cfg, n.coll)
+	case sysBatch:
+		n.sys, err = startBatcher(cfg, n.coll)
 	case sysCluster:
 		n.sys, err = startCluster(cfg, n.coll)
 	case sysNATS, sysJetStream:

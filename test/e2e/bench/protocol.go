@@ -18,12 +18,13 @@ const (
 	sysOurs      = "echopubsub"
 	sysRaw       = "protoactor-raw"
 	sysRelay     = "protoactor-raw-relay"
+	sysBatch     = "protoactor-raw-batch"
 	sysCluster   = "protoactor-cluster"
 	sysNATS      = "nats-core"
 	sysJetStream = "nats-jetstream"
 )
 
-var allSystems = []string{sysOurs, sysRaw, sysRelay, sysCluster, sysNATS, sysJetStream}
+var allSystems = []string{sysOurs, sysRaw, sysRelay, sysBatch, sysCluster, sysNATS, sysJetStream}
 
 // nodeConfig is a node process's whole configuration (JSON in configEnv).
 type nodeConfig struct {

@@ -294,6 +294,7 @@ func rowLabel(k rowKey) string {
 	return map[string]string{
 		sysRaw:       "protoactor remote, raw fire-and-forget (1 msg per payload)",
 		sysRelay:     "protoactor remote, raw, with EchoPubSub's two actor hops",
+		sysBatch:     "protoactor remote, raw, batched (no cursor, no ack: the batching floor)",
 		sysCluster:   "protoactor cluster PubSub (BatchingProducer)",
 		sysNATS:      "NATS core",
 		sysJetStream: "NATS JetStream, AckExplicit",
