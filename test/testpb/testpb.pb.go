@@ -95,10 +95,11 @@ func (x *Stamp) GetSentUnixNano() int64 {
 }
 
 // StampBatch carries encoded Stamps in one message (the benchmark's
-// raw batching floor: no cursor, no acknowledgement).
+// raw batching floor: no cursor, no acknowledgement): each Stamp's
+// encoding after its length as a varint, one after the other.
 type StampBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stamps        [][]byte               `protobuf:"bytes,1,rep,name=stamps,proto3" json:"stamps,omitempty"`
+	Stamps        []byte                 `protobuf:"bytes,1,opt,name=stamps,proto3" json:"stamps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,7 +134,7 @@ func (*StampBatch) Descriptor() ([]byte, []int) {
 	return file_testpb_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *StampBatch) GetStamps() [][]byte {
+func (x *StampBatch) GetStamps() []byte {
 	if x != nil {
 		return x.Stamps
 	}
@@ -152,7 +153,7 @@ const file_testpb_proto_rawDesc = "" +
 	"\x0esent_unix_nano\x18\x04 \x01(\x03R\fsentUnixNano\"$\n" +
 	"\n" +
 	"StampBatch\x12\x16\n" +
-	"\x06stamps\x18\x01 \x03(\fR\x06stampsB.Z,github.com/echopubsub/echopubsub/test/testpbb\x06proto3"
+	"\x06stamps\x18\x01 \x01(\fR\x06stampsB.Z,github.com/echopubsub/echopubsub/test/testpbb\x06proto3"
 
 var (
 	file_testpb_proto_rawDescOnce sync.Once

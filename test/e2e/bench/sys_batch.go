@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/echopubsub/echopubsub"
@@ -15,18 +17,29 @@ import (
 // ---- raw protoactor remote, batched: the floor of any batching design ----
 
 // batcher is the least a batching pub/sub on protoactor remote does per
-// message: the publishing node's out actor encodes each Stamp and gathers
-// the encodings into one StampBatch per turn of its mailbox (it sends itself
-// a flush behind the first Stamp of a batch, as EchoPubSub's producer does
-// at BatchInterval 0), at most batchMax each; the receiving node's in actor
-// decodes each Stamp and posts it to its collector. Fire and forget: no
-// ring, no cursor, no acknowledgement, no topic, no dedupe. Its CPU per
-// delivery is what is left when EchoPubSub's own protocol is taken away.
+// message, arranged as EchoPubSub arranges it: the publishing goroutine
+// encodes its Stamp and appends the encoding, after its length, to the
+// node's pending batch (under a mutex, where EchoPubSub's Broadcast writes
+// into its ring), a new one after batchMax Stamps; the first append after
+// the out actor took what was pending wakes it again, and it sends every
+// batch pending, in order, one StampBatch each (as EchoPubSub's producer
+// does at BatchInterval 0);
+// the receiving node's in actor decodes each Stamp from the batch's bytes
+// and posts it to its collector. Fire and forget: no ring, no cursor, no
+// acknowledgement, no topic, no dedupe. Its CPU per delivery is what is
+// left when EchoPubSub's own protocol is taken away.
 type batcher struct {
 	system *actor.ActorSystem
 	remote *remote.Remote
+	local  *actor.PID // this node's collector
 	out    *actor.PID
 	ins    []*actor.PID // every node's in actor, this one's local
+
+	mu      sync.Mutex
+	full    [][]byte // batches of batchMax Stamps, oldest first
+	pending []byte   // varint length, Stamp encoding, ...
+	count   int      // Stamps in pending
+	woken   bool     // a batchFlush is on its way to the out actor
 }
 
 const (
@@ -35,6 +48,7 @@ const (
 	batchMax = 10_000 // EchoPubSub's default MaxBatchMessages
 )
 
+// batchFlush wakes the out actor: something is pending.
 type batchFlush struct{}
 
 func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
@@ -55,9 +69,15 @@ func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
 		case *testpb.Stamp: // a ping: the collector answers the sender
 			ctx.Forward(local)
 		case *testpb.StampBatch:
-			for _, b := range m.Stamps {
+			for b := m.Stamps; len(b) > 0; {
+				e, n := protowire.ConsumeBytes(b)
+				if n < 0 {
+					coll.Notice()
+					return
+				}
+				b = b[n:]
 				s := &testpb.Stamp{}
-				if err := proto.Unmarshal(b, s); err != nil {
+				if err := proto.Unmarshal(e, s); err != nil {
 					coll.Notice()
 					continue
 				}
@@ -68,7 +88,7 @@ func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
 	if err != nil {
 		return nil, err
 	}
-	bt := &batcher{system: sys, remote: r}
+	bt := &batcher{system: sys, remote: r, local: local}
 	var remotes []*actor.PID
 	for i, a := range cfg.Addrs {
 		if i == cfg.Index {
@@ -79,35 +99,22 @@ func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
 			remotes = append(remotes, p)
 		}
 	}
-	var pending [][]byte
-	send := func(ctx actor.Context) {
-		if len(pending) == 0 {
+	bt.out, err = sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(batchFlush); !ok {
 			return
 		}
-		b := &testpb.StampBatch{Stamps: pending}
-		for _, p := range remotes {
-			ctx.Send(p, b)
-		}
-		pending = nil
-	}
-	bt.out, err = sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *testpb.Stamp:
-			ctx.Send(local, m) // this node's subscriber: no wire, as EchoPubSub
-			b, err := proto.Marshal(m)
-			if err != nil {
-				coll.Notice()
-				return
+		bt.mu.Lock()
+		batches := append(bt.full, bt.pending)
+		bt.full, bt.pending, bt.count, bt.woken = nil, nil, 0, false
+		bt.mu.Unlock()
+		for _, s := range batches {
+			if len(s) == 0 {
+				continue
 			}
-			if len(pending) == 0 {
-				ctx.Send(ctx.Self(), batchFlush{})
+			b := &testpb.StampBatch{Stamps: s}
+			for _, p := range remotes {
+				ctx.Send(p, b)
 			}
-			pending = append(pending, b)
-			if len(pending) == batchMax {
-				send(ctx)
-			}
-		case batchFlush:
-			send(ctx)
 		}
 	}), batchOut)
 	if err != nil {
@@ -127,7 +134,22 @@ func (b *batcher) ready() (bool, string) {
 }
 
 func (b *batcher) publish(_ int, m *testpb.Stamp) error {
-	b.system.Root.Send(b.out, m)
+	e, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b.system.Root.Send(b.local, m) // this node's subscriber: no wire, as EchoPubSub
+	b.mu.Lock()
+	b.pending = protowire.AppendBytes(b.pending, e)
+	if b.count++; b.count == batchMax {
+		b.full, b.pending, b.count = append(b.full, b.pending), nil, 0
+	}
+	wake := !b.woken
+	b.woken = true
+	b.mu.Unlock()
+	if wake {
+		b.system.Root.Send(b.out, batchFlush{})
+	}
 	return nil
 }
 
