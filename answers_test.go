@@ -37,10 +37,24 @@ func TestCumulativeAnswerLeavesNoOrphanFlights(t *testing.T) {
 
 	var mu sync.Mutex
 	dropped := map[uint64]bool{}
+	// The story needs all three batches sent before node 1 answers any:
+	// were [0,1) and [1,2) refused and resent first (the test goroutine
+	// descheduled between two Broadcasts did that), the first [2,3) would
+	// be lost with nothing sent after it, which only CallTimeout reveals: a
+	// failed call this test is not about. Node 1's worker waits at batch 0
+	// until node 0's producer has taken all three writes (a full batch
+	// each, sent as it is taken).
+	taken := make(chan struct{})
+	var takenOnce sync.Once
+	allTaken := func() { takenOnce.Do(func() { close(taken) }) }
+	t.Cleanup(allTaken)
 	nodes[1].Faults.SetOnReceive(func(_ string, req proto.Message) {
 		b, ok := req.(*messages.Batch)
 		if !ok {
 			return
+		}
+		if b.FirstCursor == 0 {
+			<-taken
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -60,6 +74,8 @@ func TestCumulativeAnswerLeavesNoOrphanFlights(t *testing.T) {
 	for i := uint64(0); i < 3; i++ {
 		nodes[0].Broadcast(t, "match", stamp(i))
 	}
+	test.Eventually(t, 5*time.Second, func() bool { return nodes[0].Stats(t).WriteCursor == 3 }, test.Sprintf("writes not taken"))
+	allTaken()
 	wantStamps(t, c, 0, 1, 2)
 	mu.Lock()
 	if !dropped[0] || !dropped[2] {

@@ -89,6 +89,10 @@ func TestStalledSubscriberIsBoundedWithOneNoticePerTransition(t *testing.T) {
 			if _, ok := all[len(all)-2].(*messages.BackPressure); !ok {
 				t.Fatalf("resumed notice is not just before the next message: %s", stalled.Describe())
 			}
+			// The watcher's copy of RESUMED was sent after the stalled
+			// subscriber's, by the same send, but the watcher is another
+			// actor: wait until it has it, then count both transitions.
+			test.Eventually(t, 5*time.Second, func() bool { _, r := notices(watcher); return len(r) > 0 }, watcher.Describe)
 			wd, wr := notices(watcher)
 			if len(wd) != 1 || len(wr) != 1 {
 				t.Fatalf("notice subscriber got %d dropping, %d resumed", len(wd), len(wr))
