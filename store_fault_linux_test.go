@@ -52,17 +52,28 @@ func TestFullDiskKeepsTrafficFlowing(t *testing.T) {
 	wantStamps(t, durable, 1, 2, 3)
 
 	ballast := fillDisk(t, dir)
-	const n = 300 // rows enough to need pages the full disk does not have
+	n := uint64(300) // rows enough to need pages the full disk does not have
 	for s := uint64(1); s <= n; s++ {
 		publishStamps(t, nodes[0], "chat", "c", s, s)
 		publishStamps(t, nodes[0], "room:1", "a", 3+s, 3+s)
 	}
+	// Health names the full disk. The store retries on a timer (1 s) with
+	// its gap row only, which may fit where pages of rows do not: it then
+	// says writes succeed again, until the next row fails. On a loaded
+	// machine the 300 can take longer than that timer, so, as an operator
+	// watching Health would, go on publishing until it shows the failure.
+	var h echopubsub.Health
+	test.Eventually(t, 10*time.Second, func() bool {
+		if h = nodes[1].PS.Health(context.Background()); h.Store != nil && h.Ready && strings.Contains(h.Store.Error, "no space") {
+			return true
+		}
+		n++
+		publishStamps(t, nodes[0], "chat", "c", n, n)
+		publishStamps(t, nodes[0], "room:1", "a", 3+n, 3+n)
+		return false
+	}, func() string { return fmt.Sprintf("node 1's health while its disk is full: %+v (store %+v)", h, h.Store) })
 	wantStamps(t, chat, seqs(1, n)...)
 	wantStamps(t, durable, seqs(1, 3+n)...)
-	h := nodes[1].PS.Health(context.Background())
-	if h.Store == nil || !h.Ready || !strings.Contains(h.Store.Error, "no space") {
-		t.Fatalf("node 1's health while its disk is full: %+v (store %+v)", h, h.Store)
-	}
 
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
@@ -74,8 +85,10 @@ func TestFullDiskKeepsTrafficFlowing(t *testing.T) {
 	publishStamps(t, nodes[0], "room:1", "a", 4+n, 5+n)
 	wantStamps(t, durable, seqs(1, 5+n)...)
 	got, st := replayAll(t, nodes[1], nodes[0].Addr)
-	// a#1..k stored, one gap of the rest written while full, then the
-	// rows after: every message accounted for once, in order.
+	// a#1..k stored, a gap row for the rest written while full (one per
+	// time the disk filled: one, unless a retry's gap row fit and the next
+	// row failed again), then the rows after: every message accounted for
+	// once, in order.
 	next, gaps := uint64(1), 0
 	for _, w := range got {
 		var s, missed uint64
@@ -92,10 +105,10 @@ func TestFullDiskKeepsTrafficFlowing(t *testing.T) {
 			next++
 		}
 	}
-	if next != 6+n || gaps != 1 || st.Gaps != 1 || st.Missed == 0 {
-		t.Fatalf("node 1 replayed %v (%+v): want a#1..%d, each as a row or in one gap", got, st, 5+n)
+	if next != 6+n || gaps == 0 || st.Gaps != gaps || st.Missed == 0 {
+		t.Fatalf("node 1 replayed %v (%+v): want a#1..%d, each as a row or in a gap", got, st, 5+n)
 	}
-	t.Logf("while the disk was full: %d rows stored, %d in the gap row", n-st.Missed, st.Missed)
+	t.Logf("while the disk was full: %d rows stored, %d in %d gap row(s)", n-st.Missed, st.Missed, gaps)
 }
 
 // fillDisk writes a file into dir until its file system is full and
