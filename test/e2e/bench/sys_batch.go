@@ -20,7 +20,8 @@ import (
 // message, arranged as EchoPubSub arranges it: the publishing goroutine
 // encodes its Stamp and appends the encoding, after its length, to the
 // node's pending batch (under a mutex, where EchoPubSub's Broadcast writes
-// into its ring), a new one after batchMax Stamps; the first append after
+// into its ring), a new one after batchMax Stamps or batchMaxBytes (as
+// EchoPubSub's MaxBatchMessages and MaxBatchBytes); the first append after
 // the out actor took what was pending wakes it again, and it sends every
 // batch pending, in order, one StampBatch each (as EchoPubSub's producer
 // does at BatchInterval 0);
@@ -43,9 +44,16 @@ type batcher struct {
 }
 
 const (
-	batchOut = "bench-batch-out"
-	batchIn  = "bench-batch-in"
-	batchMax = 10_000 // EchoPubSub's default MaxBatchMessages
+	batchOut      = "bench-batch-out"
+	batchIn       = "bench-batch-in"
+	batchMax      = 10_000  // EchoPubSub's default MaxBatchMessages
+	batchMaxBytes = 1 << 20 // EchoPubSub's default MaxBatchBytes
+	// batchFrame bounds the batches protoactor's endpoint writer packs
+	// into one gRPC message: fire and forget has no window, and a backlog
+	// of 1 MiB batches packed by the default 1,000 would pass gRPC's
+	// limit, which tears the stream down (EchoPubSub's window of 4 keeps
+	// its frames under it).
+	batchFrame = 4
 )
 
 // batchFlush wakes the out actor: something is pending.
@@ -58,7 +66,7 @@ func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
 		return nil, err
 	}
 	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
-	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log))
+	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log, remote.WithEndpointWriterBatchSize(batchFrame)))
 	r.Start()
 	local, err := sys.Root.SpawnNamed(collectorProps(coll), rawCollector)
 	if err != nil {
@@ -141,7 +149,7 @@ func (b *batcher) publish(_ int, m *testpb.Stamp) error {
 	b.system.Root.Send(b.local, m) // this node's subscriber: no wire, as EchoPubSub
 	b.mu.Lock()
 	b.pending = protowire.AppendBytes(b.pending, e)
-	if b.count++; b.count == batchMax {
+	if b.count++; b.count == batchMax || len(b.pending) >= batchMaxBytes {
 		b.full, b.pending, b.count = append(b.full, b.pending), nil, 0
 	}
 	wake := !b.woken
