@@ -1,16 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"sync"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/echopubsub/echopubsub"
 	"github.com/echopubsub/echopubsub/test/testpb"
 )
 
@@ -30,11 +27,8 @@ import (
 // acknowledgement, no topic, no dedupe. Its CPU per delivery is what is
 // left when EchoPubSub's own protocol is taken away.
 type batcher struct {
-	system *actor.ActorSystem
-	remote *remote.Remote
-	local  *actor.PID // this node's collector
-	out    *actor.PID
-	ins    []*actor.PID // every node's in actor, this one's local
+	*rawNode // pids: every node's in actor
+	out      *actor.PID
 
 	mu      sync.Mutex
 	full    [][]byte // batches of batchMax Stamps, oldest first
@@ -60,19 +54,22 @@ const (
 type batchFlush struct{}
 
 func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
-	log := nodeLog()
-	host, port, err := hostPort(cfg.Addrs[cfg.Index])
+	n, err := startRawNode(cfg, coll, remote.WithEndpointWriterBatchSize(batchFrame))
 	if err != nil {
 		return nil, err
 	}
-	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
-	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log, remote.WithEndpointWriterBatchSize(batchFrame)))
-	r.Start()
-	local, err := sys.Root.SpawnNamed(collectorProps(coll), rawCollector)
-	if err != nil {
+	bt := &batcher{rawNode: n}
+	if err := bt.spawn(cfg, coll); err != nil {
+		n.close()
 		return nil, err
 	}
-	in, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+	return bt, nil
+}
+
+// spawn starts the in and out actors.
+func (bt *batcher) spawn(cfg nodeConfig, coll *Collector) error {
+	local := bt.local
+	in, err := bt.system.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case *testpb.Stamp: // a ping: the collector answers the sender
 			ctx.Forward(local)
@@ -94,20 +91,16 @@ func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
 		}
 	}), batchIn)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	bt := &batcher{system: sys, remote: r, local: local}
+	bt.reach(cfg, in, batchIn)
 	var remotes []*actor.PID
-	for i, a := range cfg.Addrs {
-		if i == cfg.Index {
-			bt.ins = append(bt.ins, in)
-		} else {
-			p := actor.NewPID(a, batchIn)
-			bt.ins = append(bt.ins, p)
+	for i, p := range bt.pids {
+		if i != cfg.Index {
 			remotes = append(remotes, p)
 		}
 	}
-	bt.out, err = sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+	bt.out, err = bt.system.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 		if _, ok := ctx.Message().(batchFlush); !ok {
 			return
 		}
@@ -125,42 +118,25 @@ func startBatcher(cfg nodeConfig, coll *Collector) (system, error) {
 			}
 		}
 	}), batchOut)
-	if err != nil {
-		return nil, err
-	}
-	return bt, nil
+	return err
 }
 
-// ready pings every node's collector through its in actor.
-func (b *batcher) ready() (bool, string) {
-	for _, p := range b.ins {
-		if _, err := b.system.Root.RequestFuture(p, &testpb.Stamp{Publisher: "ping"}, 2*time.Second).Result(); err != nil {
-			return false, fmt.Sprintf("ping %s: %v", p.Address, err)
-		}
-	}
-	return true, ""
-}
-
-func (b *batcher) publish(_ int, m *testpb.Stamp) error {
+func (bt *batcher) publish(_ int, m *testpb.Stamp) error {
 	e, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
-	b.system.Root.Send(b.local, m) // this node's subscriber: no wire, as EchoPubSub
-	b.mu.Lock()
-	b.pending = protowire.AppendBytes(b.pending, e)
-	if b.count++; b.count == batchMax || len(b.pending) >= batchMaxBytes {
-		b.full, b.pending, b.count = append(b.full, b.pending), nil, 0
+	bt.system.Root.Send(bt.local, m) // this node's subscriber: no wire, as EchoPubSub
+	bt.mu.Lock()
+	bt.pending = protowire.AppendBytes(bt.pending, e)
+	if bt.count++; bt.count == batchMax || len(bt.pending) >= batchMaxBytes {
+		bt.full, bt.pending, bt.count = append(bt.full, bt.pending), nil, 0
 	}
-	wake := !b.woken
-	b.woken = true
-	b.mu.Unlock()
+	wake := !bt.woken
+	bt.woken = true
+	bt.mu.Unlock()
 	if wake {
-		b.system.Root.Send(b.out, batchFlush{})
+		bt.system.Root.Send(bt.out, batchFlush{})
 	}
 	return nil
 }
-
-func (b *batcher) flush() error { return nil }
-
-func (b *batcher) close() { b.remote.Shutdown(false) }

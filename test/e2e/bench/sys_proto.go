@@ -192,58 +192,78 @@ func (o *ours) close() {
 
 // ---- raw protoactor remote: one message per payload, fire and forget ----
 
-type raw struct {
+// rawNode is what the raw protoactor systems share: an actor system with
+// EchoPubSub's RemoteConfig, this node's collector, and the actor on every
+// node (this one's local) that publish reaches and ready pings.
+type rawNode struct {
 	system *actor.ActorSystem
 	remote *remote.Remote
-	local  *actor.PID
-	pids   []*actor.PID // every node's collector, this one's local
+	local  *actor.PID   // this node's collector
+	pids   []*actor.PID // every node's entry actor, this one's local
 }
 
 const rawCollector = "bench-collector"
 
-func startRaw(cfg nodeConfig, coll *Collector) (system, error) {
+func startRawNode(cfg nodeConfig, coll *Collector, opts ...remote.ConfigOption) (*rawNode, error) {
 	log := nodeLog()
 	host, port, err := hostPort(cfg.Addrs[cfg.Index])
 	if err != nil {
 		return nil, err
 	}
 	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
-	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log))
+	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log, opts...))
 	r.Start()
 	local, err := sys.Root.SpawnNamed(collectorProps(coll), rawCollector)
 	if err != nil {
+		r.Shutdown(false)
 		return nil, err
 	}
-	rw := &raw{system: sys, remote: r, local: local}
-	for i, a := range cfg.Addrs {
-		if i == cfg.Index {
-			rw.pids = append(rw.pids, local)
-		} else {
-			rw.pids = append(rw.pids, actor.NewPID(a, rawCollector))
-		}
-	}
-	return rw, nil
+	return &rawNode{system: sys, remote: r, local: local}, nil
 }
 
-func (r *raw) ready() (bool, string) {
-	for _, p := range r.pids {
-		if _, err := r.system.Root.RequestFuture(p, &testpb.Stamp{Publisher: "ping"}, 2*time.Second).Result(); err != nil {
+// reach sets pids: every node's actor called name, this node's own.
+func (n *rawNode) reach(cfg nodeConfig, own *actor.PID, name string) {
+	for i, a := range cfg.Addrs {
+		if i == cfg.Index {
+			n.pids = append(n.pids, own)
+		} else {
+			n.pids = append(n.pids, actor.NewPID(a, name))
+		}
+	}
+}
+
+// ready pings every node's collector through its entry actor.
+func (n *rawNode) ready() (bool, string) {
+	for _, p := range n.pids {
+		if _, err := n.system.Root.RequestFuture(p, &testpb.Stamp{Publisher: "ping"}, 2*time.Second).Result(); err != nil {
 			return false, fmt.Sprintf("ping %s: %v", p.Address, err)
 		}
 	}
 	return true, ""
 }
 
-func (r *raw) publish(_ int, m *testpb.Stamp) error {
+func (n *rawNode) flush() error { return nil }
+
+func (n *rawNode) close() { n.remote.Shutdown(false) }
+
+// raw sends each message to every node's collector.
+type raw struct{ *rawNode }
+
+func startRaw(cfg nodeConfig, coll *Collector) (system, error) {
+	n, err := startRawNode(cfg, coll)
+	if err != nil {
+		return nil, err
+	}
+	n.reach(cfg, n.local, rawCollector)
+	return raw{n}, nil
+}
+
+func (r raw) publish(_ int, m *testpb.Stamp) error {
 	for _, p := range r.pids {
 		r.system.Root.Send(p, m)
 	}
 	return nil
 }
-
-func (r *raw) flush() error { return nil }
-
-func (r *raw) close() { r.remote.Shutdown(false) }
 
 // ---- raw protoactor remote with EchoPubSub's two actor hops ----
 
@@ -255,10 +275,8 @@ func (r *raw) close() { r.remote.Shutdown(false) }
 // it measures what the two hops alone cost the tail; against EchoPubSub,
 // what is left of EchoPubSub's own protocol.
 type relay struct {
-	system *actor.ActorSystem
-	remote *remote.Remote
-	out    *actor.PID
-	ins    []*actor.PID // every node's in actor, this one's local
+	*rawNode // pids: every node's in actor
+	out      *actor.PID
 }
 
 const (
@@ -267,65 +285,37 @@ const (
 )
 
 func startRelay(cfg nodeConfig, coll *Collector) (system, error) {
-	log := nodeLog()
-	host, port, err := hostPort(cfg.Addrs[cfg.Index])
+	n, err := startRawNode(cfg, coll)
 	if err != nil {
 		return nil, err
 	}
-	sys := actor.NewActorSystem(echopubsub.ActorSystemLogger(log))
-	r := remote.NewRemote(sys, echopubsub.RemoteConfig(host, port, log))
-	r.Start()
-	local, err := sys.Root.SpawnNamed(collectorProps(coll), rawCollector)
-	if err != nil {
-		return nil, err
-	}
-	in, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+	rl := &relay{rawNode: n}
+	in, err := n.system.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 		if _, ok := ctx.Message().(*testpb.Stamp); ok {
-			ctx.Forward(local) // the sender travels: a ping is answered by the collector
+			ctx.Forward(n.local) // the sender travels: a ping is answered by the collector
 		}
 	}), relayIn)
-	if err != nil {
-		return nil, err
-	}
-	rl := &relay{system: sys, remote: r}
-	for i, a := range cfg.Addrs {
-		if i == cfg.Index {
-			rl.ins = append(rl.ins, in)
-		} else {
-			rl.ins = append(rl.ins, actor.NewPID(a, relayIn))
-		}
-	}
-	rl.out, err = sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
-		if m, ok := ctx.Message().(*testpb.Stamp); ok {
-			for _, p := range rl.ins {
-				ctx.Send(p, m)
+	if err == nil {
+		n.reach(cfg, in, relayIn)
+		rl.out, err = n.system.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+			if m, ok := ctx.Message().(*testpb.Stamp); ok {
+				for _, p := range n.pids {
+					ctx.Send(p, m)
+				}
 			}
-		}
-	}), relayOut)
+		}), relayOut)
+	}
 	if err != nil {
+		n.close()
 		return nil, err
 	}
 	return rl, nil
-}
-
-// ready pings every node's collector through its in actor.
-func (r *relay) ready() (bool, string) {
-	for _, p := range r.ins {
-		if _, err := r.system.Root.RequestFuture(p, &testpb.Stamp{Publisher: "ping"}, 2*time.Second).Result(); err != nil {
-			return false, fmt.Sprintf("ping %s: %v", p.Address, err)
-		}
-	}
-	return true, ""
 }
 
 func (r *relay) publish(_ int, m *testpb.Stamp) error {
 	r.system.Root.Send(r.out, m)
 	return nil
 }
-
-func (r *relay) flush() error { return nil }
-
-func (r *relay) close() { r.remote.Shutdown(false) }
 
 // ---- protoactor cluster PubSub (BatchingProducer) ----
 
