@@ -71,7 +71,9 @@ func TestFullDiskKeepsTrafficFlowing(t *testing.T) {
 		publishStamps(t, nodes[0], "chat", "c", n, n)
 		publishStamps(t, nodes[0], "room:1", "a", 3+n, 3+n)
 		return false
-	}, func() string { return fmt.Sprintf("node 1's health while its disk is full: %+v (store %+v)", h, h.Store) })
+	}, func() string {
+		return fmt.Sprintf("node 1's health while its disk is full: %+v (store %+v)", h, h.Store)
+	})
 	wantStamps(t, chat, seqs(1, n)...)
 	wantStamps(t, durable, seqs(1, 3+n)...)
 
