@@ -899,9 +899,11 @@ func (rp *report) tailTargets(b *strings.Builder) {
 			fmt.Sprintf("%.2f ms (NATS core %.2f, raw %.2f: %.2fx raw)", ours.P99, nats.P99, raw.P99, ours.P99/math.Max(raw.P99, 1e-9)),
 			ours.P99 <= nats.P99 && ours.P99 <= 1.5*raw.P99)
 		if rl := rp.latencyOf(sysRelay, rate, 0); rl != nil {
-			targetRow(&rows, fmt.Sprintf("(for the cause) p99 at %s msg/s of raw protoactor with EchoPubSub's two actor hops", commas(float64(rate))), true,
+			// Not a target of the issue: whether EchoPubSub's two hops alone
+			// keep raw protoactor within the 1.5x, i.e. could explain a miss.
+			targetRow(&rows, fmt.Sprintf("(for the cause) p99 at %s msg/s of raw protoactor with EchoPubSub's two actor hops: <= 1.5x raw's", commas(float64(rate))), true,
 				fmt.Sprintf("%.2f ms: %.2fx raw; EchoPubSub %.2fx this", rl.P99, rl.P99/math.Max(raw.P99, 1e-9), ours.P99/math.Max(rl.P99, 1e-9)),
-				ours.P99 <= 1.5*raw.P99)
+				rl.P99 <= 1.5*raw.P99)
 		}
 		targetRow(&rows, fmt.Sprintf("p99.9 at %s msg/s, BatchInterval 0: <= 2x raw protoactor's", commas(float64(rate))), ours.P999 > 0 && raw.P999 > 0,
 			fmt.Sprintf("%.2f ms (raw %.2f: %.2fx)", ours.P999, raw.P999, ours.P999/math.Max(raw.P999, 1e-9)), ours.P999 <= 2*raw.P999)
