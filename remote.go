@@ -30,8 +30,8 @@ const MaxFrameBytes = 64 << 20
 // KiB and grows by probing the link, and while probing it answers nearly
 // every data frame of a moderate stream with a WINDOW_UPDATE and a PING,
 // which the sender answers in turn. At 10,000 msg/s on 3 nodes those
-// probes were 39 % of the cluster's system calls and a third of its CPU
-// (docs/benchmarks.md, "Figures behind code comments"). 16 MiB is the most
+// probes were about 40 % of the cluster's system calls and 17-36 % of its
+// CPU (docs/benchmarks.md, "Figures behind code comments"). 16 MiB is the most
 // gRPC's probing ever grows the window to; a message larger than it still
 // passes, in parts.
 const FlowWindowBytes = 16 << 20
