@@ -462,16 +462,18 @@ type outBatch struct {
 // recent).
 //
 // The batch is awaited (answered at the worker's mailbox turn, not after
-// its AckInterval) when a receipt waits on a write in it, or when it
+// its AckInterval) when a receipt waits on a write in it; when it
 // closes pe's window (closes): nothing more goes to pe until an answer
 // comes, so a held answer would stall the stream, and a receipt's batch
-// behind it, for the interval. A cached batch that is not awaited is not
-// reused for a node whose window it closes. pe nil: no window (tests).
+// behind it, for the interval; or when it fills pe's share of the buffer
+// (fills). A cached batch that is not awaited is not reused for a node
+// whose window it closes or whose share it fills. pe nil: no window
+// (tests).
 func (p *producer) batch(d ringbuf.Decision, version uint32, pe *peer) *outBatch {
 	for _, b := range p.recent {
 		if b != nil && b.first == d.From && b.inc == p.inc && b.version == version &&
 			(b.first+uint64(b.n) == d.To || b.full && b.first+uint64(b.n) <= d.To) &&
-			(b.awaited || !p.closes(pe, version, b.n, b.size)) {
+			(b.awaited || !p.closes(pe, version, b.n, b.size) && !p.fills(pe, version, b.n)) {
 			return b
 		}
 	}
@@ -504,7 +506,7 @@ entries:
 		}
 	}
 	b.n = p.enc.Len()
-	b.awaited = p.awaited(d.From, d.From+uint64(b.n)) || p.closes(pe, version, b.n, b.size)
+	b.awaited = p.awaited(d.From, d.From+uint64(b.n)) || p.closes(pe, version, b.n, b.size) || p.fills(pe, version, b.n)
 	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
 		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
 		Awaited: b.awaited}))
@@ -549,6 +551,20 @@ func (p *producer) room(flights, msgs, bytes int) bool {
 func (p *producer) closes(pe *peer, version uint32, n, size int) bool {
 	return pe != nil && version != messages.PreviousProtocolVersion &&
 		!p.room(len(pe.flights)+1, pe.flightMsgs+n, pe.flightBytes+size)
+}
+
+// fills reports whether a batch of n entries, sent to pe in protocol
+// version, brings the entries in flight to pe to half the lag at which
+// the capacity warning goes (CapacityWarningThreshold of BufferSize; 2,000
+// entries by default). An answer held for AckInterval holds pe's read
+// cursor back, and the buffer overwrites what a node has not acknowledged
+// in time, however promptly it was delivered: at a high rate an
+// AckInterval's worth of entries would be more than the buffer holds. So
+// the answer to such a batch goes at once, and what waits for an answer
+// stays under the warning at any rate.
+func (p *producer) fills(pe *peer, version uint32, n int) bool {
+	return pe != nil && version != messages.PreviousProtocolVersion &&
+		float64(pe.flightMsgs+n) >= p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize)/2
 }
 
 // maxFlights bounds the batches in flight to one node whatever their size,
