@@ -44,3 +44,25 @@ func TestHeldAnswersStayWithinTheBuffer(t *testing.T) {
 		t.Fatalf("node 1 was told CursorExpired %d times for messages it received: %s", k, c.Describe())
 	}
 }
+
+// With a BatchInterval a part batch waits for the batches in flight to its
+// node to be answered (partWaits), so an answer held for AckInterval held
+// the next part batch, and every message in it, for the interval: the
+// subscribers, not only the producer's buffer, saw the wait (at the default
+// 10ms AckInterval, up to 10ms on every message of a BatchInterval under
+// it). Here the interval is 20s: s1's answer goes at once (the first after
+// a quiet interval), s2's would be held, and s3, a plain Broadcast, must
+// still arrive within the 10s wantStamps gives (BatchInterval 10ms).
+func TestHeldAnswerDoesNotHoldTheNextPartBatch(t *testing.T) {
+	cfg := fastConfig() // BatchInterval 10ms
+	cfg.CallTimeout = 200 * time.Second
+	cfg.AckInterval = cfg.CallTimeout / 10
+	nodes := test.StartCluster(t, 2, cfg)
+	c := nodes[1].Subscribe(t, "match")
+	for i := uint64(1); i <= 3; i++ {
+		if err := nodes[0].PS.Broadcast(nil, "match", stamp(i)); err != nil {
+			t.Fatal(err)
+		}
+		wantStamps(t, c, seqs(1, i)...) // on node 1: its batch is delivered, its answer sent or held
+	}
+}

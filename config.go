@@ -50,12 +50,14 @@ type Config struct {
 	// 1 ms: docs/benchmarks.md). The first answer after a quiet
 	// AckInterval goes at once, and so does the answer to a batch that a
 	// receipt waits on (BroadcastAwait), that fills the producer's window
-	// to that node (MaxBatchesInFlight), or that brings what waits for an
+	// to that node (MaxBatchesInFlight), that brings what waits for an
 	// answer to half the capacity warning's lag (CapacityWarningThreshold
-	// of BufferSize): only the producer's buffer sees the wait, and at most
-	// that share of it, at any rate. 0 answers as soon as the batches
-	// queued at the worker are handled. In [0, CallTimeout/10]. Defaults to
-	// 10ms.
+	// of BufferSize), or that a producer with a BatchInterval sent (its
+	// next part batch waits for the answer): only the producer's buffer
+	// sees the wait, and at most that share of it, at any rate. So the
+	// answers held are those to producers with BatchInterval 0. 0 answers
+	// as soon as the batches queued at the worker are handled. In [0,
+	// CallTimeout/10]. Defaults to 10ms.
 	AckInterval time.Duration
 	// CapacityWarningThreshold: a warning is logged (and a
 	// *messages.CapacityWarning published on the actor system's event stream) when

@@ -103,3 +103,41 @@ func TestBatchCacheSendsWhatABuildWould(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedBatchIsAwaitedForThePeerItFills: a batch cached for one node is
+// not reused, unawaited, for a node whose share of the buffer it fills
+// (fills): that node's answer would be held for AckInterval with its read
+// cursor past half the capacity warning's lag. Peers in step (the cluster
+// tests) always share the flag; here one node has more in flight.
+func TestCachedBatchIsAwaitedForThePeerItFills(t *testing.T) {
+	buf, err := newStore(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{cfg: core.Config{Name: "ps", BufferSize: 100, CapacityWarningThreshold: 0.4, // fills at 20 in flight
+		MaxBatchMessages: 100, MaxBatchBytes: 1 << 20, MaxBatchesInFlight: 4},
+		node: "n1", group: 2, inc: 1, buf: buf, ring: buf.ring}
+	for i := 0; i < 10; i++ {
+		if _, err := p.buf.write(&core.Write{Topic: "t", PayloadType: "x", Payload: []byte{byte(i)}}, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := ringbuf.Decision{Kind: ringbuf.Messages, From: 0, To: 10}
+	behind, ahead := &peer{}, &peer{}
+	ahead.flightMsgs = 15
+	if b := p.batch(d, messages.ProtocolVersion, behind); b.awaited {
+		t.Fatalf("a batch of 10 to a node with nothing in flight is awaited: its answer need not go at once")
+	}
+	b := p.batch(d, messages.ProtocolVersion, ahead)
+	wire, err := proto.Marshal(b.wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got messages.Batch
+	if err := proto.Unmarshal(wire, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !b.awaited || !got.Awaited {
+		t.Fatalf("the batch to a node with 15 in flight, bringing it to 25 (>= 20), is not awaited (outBatch %v, on the wire %v)", b.awaited, got.Awaited)
+	}
+}

@@ -272,8 +272,9 @@ func (w *worker) answer(ctx actor.Context, from string, req, res proto.Message) 
 //
 // The held answers go at the mailbox's turn (a flushAcks queued behind the
 // batches in it) when the last ones went AckInterval ago or more, or when
-// a receipt waits on the batch or it filled its producer's window
-// (awaited: messages.Batch.awaited, see producer.batch);
+// the producer asked for it at once (a receipt waits on the batch, it
+// filled the producer's window or its share of the buffer, or it went
+// under a BatchInterval: messages.Batch.awaited, see producer.batch);
 // otherwise when AckInterval has passed since (ackTimer). Under a steady
 // stream a node then reads and writes one answer per AckInterval, not one
 // per batch of a few messages: at 10,000 msg/s that was most of the
