@@ -15,10 +15,13 @@ import (
 // batch. So a batch that brings what waits for an answer to half the
 // capacity warning's lag (CapacityWarningThreshold of BufferSize: 200
 // here) is answered at once. The buffer holds 1,000 messages, an answer
-// may be held 10s, and 3,000 messages go, ten per millisecond at most:
-// held for the interval, node 1's answers stop its stream for 10s and it
-// loses messages it was sent in time; answered at the share, every message
-// arrives in order, within the 10s wantStamps gives, with no notice.
+// may be held 10s, and 3,000 messages go in bursts of 50 every 50ms (the
+// bursts make batches large enough that maxFlights does not close the
+// window first): held for the interval, node 1's answers stop its stream
+// for 10s and it loses messages it was sent in time; answered at the
+// share, every message arrives in order, within the 10s wantStamps gives,
+// with no notice. The share leaves 800 messages, 800ms of this stream, for
+// an answer's way back on a loaded machine.
 func TestHeldAnswersStayWithinTheBuffer(t *testing.T) {
 	cfg := fastConfig()
 	cfg.BatchInterval = 0
@@ -28,9 +31,9 @@ func TestHeldAnswersStayWithinTheBuffer(t *testing.T) {
 	nodes := test.StartCluster(t, 2, cfg)
 	test.WaitJoined(t, nodes)
 	c := nodes[1].Subscribe(t, "match")
-	tick := time.NewTicker(time.Millisecond) // a steady stream, as a publisher's
+	tick := time.NewTicker(50 * time.Millisecond) // a steady stream of bursts, as a publisher's
 	defer tick.Stop()
-	const n, each = 3000, 10 // batches of several messages: fewer than maxFlights in flight
+	const n, each = 3000, 50
 	for i := uint64(1); i <= n; i++ {
 		if i%each == 1 {
 			<-tick.C
