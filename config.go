@@ -143,6 +143,9 @@ const MaxBufferSize = 1 << 24
 // MaxBatchMessagesLimit is the largest MaxBatchMessages.
 const MaxBatchMessagesLimit = 1 << 20
 
+// defaultAckInterval is Config.AckInterval's default (see its doc).
+const defaultAckInterval = 10 * time.Millisecond
+
 // DefaultConfig returns the defaults of the Elixir EchoPubSub for name.
 func DefaultConfig(name string) Config {
 	return Config{
@@ -152,7 +155,7 @@ func DefaultConfig(name string) Config {
 		BatchInterval:            200 * time.Millisecond,
 		CallTimeout:              5 * time.Second,
 		RetryInterval:            200 * time.Millisecond,
-		AckInterval:              10 * time.Millisecond,
+		AckInterval:              defaultAckInterval,
 		CapacityWarningThreshold: 0.4,
 		CapacityWarningInterval:  60 * time.Second,
 		MaxBatchMessages:         10_000,
@@ -224,7 +227,11 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.AckInterval < 0 || c.AckInterval > c.CallTimeout/10 {
-		return fmt.Errorf("echopubsub: config AckInterval must be in [0, CallTimeout/10 = %v], got %v", c.CallTimeout/10, c.AckInterval)
+		hint := ""
+		if c.AckInterval == defaultAckInterval {
+			hint = fmt.Sprintf(" (the default: with a CallTimeout under %v, set AckInterval too)", 10*defaultAckInterval)
+		}
+		return fmt.Errorf("echopubsub: config AckInterval must be in [0, CallTimeout/10 = %v], got %v%s", c.CallTimeout/10, c.AckInterval, hint)
 	}
 	if !(c.CapacityWarningThreshold > 0 && c.CapacityWarningThreshold <= 1) {
 		return fmt.Errorf("echopubsub: config CapacityWarningThreshold must be in (0, 1], got %v", c.CapacityWarningThreshold)

@@ -73,6 +73,8 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{"BatchInterval", func(c *echopubsub.Config) { c.BatchInterval = -time.Second }, []string{"BatchInterval", "-1s"}},
 		{"AckInterval < 0", func(c *echopubsub.Config) { c.AckInterval = -time.Millisecond }, []string{"AckInterval", "-1ms"}},
 		{"AckInterval > CallTimeout/10", func(c *echopubsub.Config) { c.AckInterval = time.Second }, []string{"AckInterval", "1s", "500ms"}},
+		{"CallTimeout under 10x the default AckInterval", func(c *echopubsub.Config) { c.CallTimeout = 50 * time.Millisecond },
+			[]string{"AckInterval", "10ms", "5ms", "the default", "set AckInterval too"}},
 		{"CallTimeout", func(c *echopubsub.Config) { c.CallTimeout = 0 }, []string{"CallTimeout", "0s"}},
 		{"RetryInterval", func(c *echopubsub.Config) { c.RetryInterval = -time.Millisecond }, []string{"RetryInterval", "-1ms"}},
 		{"CapacityWarningInterval", func(c *echopubsub.Config) { c.CapacityWarningInterval = 0 }, []string{"CapacityWarningInterval"}},
