@@ -315,6 +315,31 @@ func TestWithFromKeepsALiveEnvelopeHeldBeforeAReading(t *testing.T) {
 	}
 }
 
+// TestSessionStatsSaysWaitingForRoom: SessionStats.Waiting is true while a
+// durable delivery waits for room (pending at SoftQueue), and false once
+// acks made room and it was delivered.
+func TestSessionStatsSaysWaitingForRoom(t *testing.T) {
+	cfg := replayConfig() // SoftQueue 5, HardQueue 10
+	cfg.RoomWait = 10 * time.Second
+	nd, _, o, id := followOne(t, cfg, 5)
+	waitEnvelopes(t, o, 5)
+	waiting := func() bool {
+		st, err := nd.PS.SessionStats(id)
+		if err != nil {
+			t.Fatalf("SessionStats: %v", err)
+		}
+		return st.Waiting
+	}
+	publishStamps(t, nd, "room:1", "a", 6, 6)
+	test.Eventually(t, 10*time.Second, waiting, test.Sprintf("cursor 6, at 5 pending, never waited for room"))
+	if n := len(o.envelopes()); n != 5 {
+		t.Fatalf("%d envelopes while cursor 6 waits for room, want 5: %s", n, o.describe())
+	}
+	ackEach(t, nd, id, o.envelopes()[:3]) // pending 2: SoftQueue/2
+	waitEnvelopes(t, o, 6)
+	test.Eventually(t, 10*time.Second, func() bool { return !waiting() }, test.Sprintf("still waiting after cursor 6 went"))
+}
+
 // TestWithFromNewOptionsKeepThePosition: SessionSubscribe again without
 // WithFrom changes the options and the subscription goes on from where it
 // is: an envelope it holds back for room is delivered, not dropped. (Found
@@ -325,9 +350,12 @@ func TestWithFromNewOptionsKeepThePosition(t *testing.T) {
 	nd, _, o, id := followOne(t, cfg, 5)
 	waitEnvelopes(t, o, 5)
 	publishStamps(t, nd, "room:1", "a", 6, 6)
-	// A wait for internal state a user cannot see: the session actor
-	// holding cursor 6 for room, which is the case this test is about.
-	time.Sleep(100 * time.Millisecond)
+	// Cursor 6 waits for room (SessionStats.Waiting): the case this test is
+	// about.
+	test.Eventually(t, 10*time.Second, func() bool {
+		st, err := nd.PS.SessionStats(id)
+		return err == nil && st.Waiting
+	}, test.Sprintf("cursor 6 never waited for room: %s", o.describe()))
 	if err := nd.PS.SessionSubscribe(id, "room:1", echopubsub.WithEnvelopeContext(map[string]string{"k": "v"})); err != nil {
 		t.Fatal(err)
 	}

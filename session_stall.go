@@ -44,6 +44,11 @@ type SessionStats struct {
 	// Quiet is how long the session has held deliveries without an ack (0
 	// when it holds none).
 	Quiet time.Duration
+	// Waiting: a durable delivery, live or a WithFrom catch-up's row, waits
+	// for room: Pending reached SessionConfig.SoftQueue, and it goes once
+	// acks bring Pending down to SoftQueue/2 (or after RoomWait with no
+	// ack: see RoomWait).
+	Waiting bool
 }
 
 // SessionStats returns the state of session id, a session of this node;
@@ -53,7 +58,7 @@ func (ps *PubSub) SessionStats(id string) (SessionStats, error) {
 	if err != nil {
 		return SessionStats{}, err
 	}
-	return SessionStats{Pending: st.Pending, Stalled: st.Stalled, Quiet: st.Quiet}, nil
+	return SessionStats{Pending: st.Pending, Stalled: st.Stalled, Quiet: st.Quiet, Waiting: st.Waiting}, nil
 }
 
 // stallNotice builds the session engine's stall notices.

@@ -50,6 +50,9 @@ type Stats struct {
 	// Quiet is how long the session has held deliveries without an ack; 0
 	// when it holds none.
 	Quiet time.Duration
+	// Waiting: a durable delivery (live, or a catch-up row) waits for acks
+	// to make room (Limits.SoftQueue reached; see Pace).
+	Waiting bool
 }
 
 // Stats returns session id's stats, or ErrUnknownSession.
@@ -59,7 +62,7 @@ func (e *Engine) Stats(id string) (Stats, error) {
 		return Stats{}, err
 	}
 	defer s.mu.Unlock()
-	st := Stats{Pending: len(s.res), Stalled: s.idle}
+	st := Stats{Pending: len(s.res), Stalled: s.idle, Waiting: s.waiting || s.roomWanted}
 	if len(s.res) > 0 {
 		st.Quiet = time.Duration(core.Monotonic() - s.quiet)
 	}
