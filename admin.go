@@ -203,6 +203,8 @@ type AdminSession struct {
 	// Quiet is how long the session has held deliveries without an ack
 	// (SessionStats.Quiet; 0: it holds none).
 	Quiet time.Duration `json:"quiet_ns"`
+	// Waiting: a durable delivery waits for room (SessionStats.Waiting).
+	Waiting bool `json:"waiting"`
 }
 
 func (a *admin) sessions(w http.ResponseWriter, _ *http.Request) {
@@ -216,7 +218,7 @@ func (a *admin) sessions(w http.ResponseWriter, _ *http.Request) {
 			continue // closed since IDs
 		}
 		identity, _ := a.ps.SessionIdentity(id)
-		out.Sessions = append(out.Sessions, AdminSession{ID: id, Identity: identity, Pending: st.Pending, Stalled: st.Stalled, Quiet: st.Quiet})
+		out.Sessions = append(out.Sessions, AdminSession{ID: id, Identity: identity, Pending: st.Pending, Stalled: st.Stalled, Quiet: st.Quiet, Waiting: st.Waiting})
 	}
 	adminJSON(w, out)
 }

@@ -238,7 +238,7 @@ func (c *client) streamsCommand() *cobra.Command {
 }
 
 func (c *client) sessionsCommand() *cobra.Command {
-	return c.command("sessions", "The node's sessions: owner identity, pending, quiet since last ack, stalled", cobra.NoArgs,
+	return c.command("sessions", "The node's sessions: owner identity, pending, quiet since last ack, stalled, waiting for room", cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error {
 			var s struct {
 				Node     string                    `json:"node"`
@@ -253,10 +253,10 @@ func (c *client) sessionsCommand() *cobra.Command {
 				if x.Quiet > 0 {
 					quiet = ago(x.Quiet)
 				}
-				rows = append(rows, []string{x.ID, x.Identity, strconv.Itoa(x.Pending), quiet, yesNo(x.Stalled)})
+				rows = append(rows, []string{x.ID, x.Identity, strconv.Itoa(x.Pending), quiet, yesNo(x.Stalled), yesNo(x.Waiting)})
 			}
 			fmt.Fprintf(c.stdout, "node %s\n", s.Node)
-			return c.table("SESSION\tIDENTITY\tPENDING\tNO ACK FOR\tSTALLED", rows)
+			return c.table("SESSION\tIDENTITY\tPENDING\tNO ACK FOR\tSTALLED\tWAITING", rows)
 		})
 }
 

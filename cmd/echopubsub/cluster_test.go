@@ -91,7 +91,7 @@ func TestServeCluster(t *testing.T) {
 
 	// sessions: the live tail is a session on node 3, nothing pending.
 	rows = table(t, mustRun(t, n3, "sessions"), "SESSION")
-	if len(rows) != 1 || rows[0]["IDENTITY"] != "echopubsub-admin-tail" || rows[0]["PENDING"] != "0" || rows[0]["STALLED"] != "no" {
+	if len(rows) != 1 || rows[0]["IDENTITY"] != "echopubsub-admin-tail" || rows[0]["PENDING"] != "0" || rows[0]["STALLED"] != "no" || rows[0]["WAITING"] != "no" {
 		t.Errorf("sessions of node 3: %v", rows)
 	}
 	var ss struct {
