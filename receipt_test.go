@@ -277,8 +277,9 @@ func TestReceiptDoesNotWaitForAckInterval(t *testing.T) {
 //     cannot go until an answer comes;
 //   - batch in flight: with a BatchInterval a part batch waits for the
 //     batches in flight to be answered (partWaits), and s2's answer would
-//     be held but for paced (which TestHeldAnswerDoesNotHoldTheNextPartBatch
-//     checks for a plain Broadcast).
+//     be held but for answerNow's BatchInterval rule (which
+//     TestHeldAnswerDoesNotHoldTheNextPartBatch checks for a plain
+//     Broadcast).
 //
 // The receipt's 10s is what a delivery takes on a loaded machine many times
 // over, and half the interval it would otherwise wait.

@@ -106,7 +106,7 @@ func TestBatchCacheSendsWhatABuildWould(t *testing.T) {
 
 // TestCachedBatchIsAwaitedForThePeerItFills: a batch cached for one node is
 // not reused, unawaited, for a node whose share of the buffer it fills
-// (fills): that node's answer would be held for AckInterval with its read
+// (answerNow): that node's answer would be held for AckInterval with its read
 // cursor past half the capacity warning's lag. Peers in step (the cluster
 // tests) always share the flag; here one node has more in flight.
 func TestCachedBatchIsAwaitedForThePeerItFills(t *testing.T) {

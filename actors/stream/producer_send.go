@@ -97,7 +97,7 @@ func (p *producer) service(ctx actor.Context, pe *peer) {
 //
 // A part batch that holds a write a receipt waits on does not wait for the
 // answers to the batches in flight (a round trip; they are not held for
-// the worker's AckInterval: see paced).
+// the worker's AckInterval: see answerNow).
 func (p *producer) partWaits(pe *peer) bool {
 	return p.cfg.BatchInterval > 0 && len(pe.flights) > 0 && !p.full(pe) &&
 		!p.awaited(pe.sent, p.ring.WriteCursor())
@@ -461,18 +461,16 @@ type outBatch struct {
 // recent).
 //
 // The batch is awaited (answered at the worker's mailbox turn, not after
-// its AckInterval) when a receipt waits on a write in it; when it
-// closes pe's window (closes): nothing more goes to pe until an answer
-// comes, so a held answer would stall the stream, and a receipt's batch
-// behind it, for the interval; when it fills pe's share of the buffer
-// (fills); or when a BatchInterval paces pe's stream (paced). A cached
-// batch that is not awaited is not reused for a node whose window it
-// closes or whose share it fills. pe nil: no window (tests).
+// its AckInterval) when a receipt waits on a write in it, or when pe's
+// worker must answer it at once (answerNow: it closes pe's window, fills
+// pe's share of the buffer, or goes under a BatchInterval). A cached batch
+// that is not awaited is not reused for a node that must answer it at
+// once. pe nil: no window (tests).
 func (p *producer) batch(d ringbuf.Decision, version uint32, pe *peer) *outBatch {
 	for _, b := range p.recent {
 		if b != nil && b.first == d.From && b.inc == p.inc && b.version == version &&
 			(b.first+uint64(b.n) == d.To || b.full && b.first+uint64(b.n) <= d.To) &&
-			(b.awaited || !p.closes(pe, version, b.n, b.size) && !p.fills(pe, version, b.n) && !p.paced(pe, version)) {
+			(b.awaited || !p.answerNow(pe, version, b.n, b.size)) {
 			return b
 		}
 	}
@@ -505,8 +503,7 @@ entries:
 		}
 	}
 	b.n = p.enc.Len()
-	b.awaited = p.awaited(d.From, d.From+uint64(b.n)) || p.closes(pe, version, b.n, b.size) || p.fills(pe, version, b.n) ||
-		p.paced(pe, version)
+	b.awaited = p.awaited(d.From, d.From+uint64(b.n)) || p.answerNow(pe, version, b.n, b.size)
 	b.wire = messages.Encoded(p.enc.Encode(messages.BatchHeader{ProtocolVersion: version, PubsubName: p.cfg.Name,
 		ProducerNode: p.node, ProducerIncarnation: p.inc, Group: p.group, FirstCursor: d.From,
 		Awaited: b.awaited}))
@@ -545,39 +542,34 @@ func (p *producer) room(flights, msgs, bytes int) bool {
 		bytes+p.cfg.MaxBatchBytes <= p.cfg.MaxBatchesInFlight*p.cfg.MaxBatchBytes
 }
 
-// closes reports whether a batch of n entries and size bytes, sent to pe
-// in protocol version, leaves pe's window with no room (see batch). A
-// worker of the previous version answers every batch at once anyway.
-func (p *producer) closes(pe *peer, version uint32, n, size int) bool {
-	return pe != nil && version != messages.PreviousProtocolVersion &&
-		!p.room(len(pe.flights)+1, pe.flightMsgs+n, pe.flightBytes+size)
-}
-
-// fills reports whether a batch of n entries, sent to pe in protocol
-// version, brings the entries in flight to pe to half the lag at which
-// the capacity warning goes (CapacityWarningThreshold of BufferSize; 2,000
-// entries by default). An answer held for AckInterval holds pe's read
-// cursor back, and the buffer overwrites what a node has not acknowledged
-// in time, however promptly it was delivered: at a high rate an
-// AckInterval's worth of entries would be more than the buffer holds. So
-// the answer to such a batch goes at once, and what waits for an answer
-// stays under the warning at any rate.
-func (p *producer) fills(pe *peer, version uint32, n int) bool {
-	return pe != nil && version != messages.PreviousProtocolVersion &&
-		float64(pe.flightMsgs+n) >= p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize)/2
-}
-
-// paced reports whether pe's stream, in protocol version, runs under a
-// BatchInterval: a part batch then waits for the batches in flight to be
-// answered (partWaits), and a burst's last one for nothing to be in flight
-// (burstTail), so a held answer would hold the next batch, and every
-// message in it, for the worker's AckInterval: the subscribers, not only
-// the producer's buffer, would see the wait, and a BatchInterval under
-// AckInterval would not bound it (TestHeldAnswerDoesNotHoldTheNextPartBatch).
-// The answers cost little there: a part batch goes at most once per
-// BatchInterval, and a full one of the default size fills anyway.
-func (p *producer) paced(pe *peer, version uint32) bool {
-	return pe != nil && version != messages.PreviousProtocolVersion && p.cfg.BatchInterval > 0
+// answerNow reports whether pe's worker must answer a batch of n entries
+// and size bytes, sent in protocol version, at once rather than after its
+// AckInterval (see batch). A worker of the previous version answers every
+// batch at once anyway. It must when the batch:
+//   - leaves pe's window with no room: nothing more goes to pe until an
+//     answer comes, so a held answer would stall the stream, and a
+//     receipt's batch behind it, for the interval;
+//   - brings the entries in flight to pe to half the lag at which the
+//     capacity warning goes (CapacityWarningThreshold of BufferSize; 2,000
+//     entries by default): an answer held holds pe's read cursor back, and
+//     the buffer overwrites what a node has not acknowledged in time,
+//     however promptly it was delivered (at a high rate an AckInterval's
+//     worth of entries would be more than the buffer holds), so what waits
+//     for an answer stays under the warning at any rate;
+//   - goes under a BatchInterval: a part batch then waits for the batches in
+//     flight to be answered (partWaits), and a burst's last one for nothing
+//     to be in flight (burstTail), so a held answer would hold the next
+//     batch, and every message in it, for the interval, which a shorter
+//     BatchInterval would not bound (TestHeldAnswerDoesNotHoldTheNextPartBatch).
+//     The answers cost little there: a part batch goes at most once per
+//     BatchInterval, and a full one of the default size fills the share.
+func (p *producer) answerNow(pe *peer, version uint32, n, size int) bool {
+	if pe == nil || version == messages.PreviousProtocolVersion {
+		return false
+	}
+	return !p.room(len(pe.flights)+1, pe.flightMsgs+n, pe.flightBytes+size) ||
+		float64(pe.flightMsgs+n) >= p.cfg.CapacityWarningThreshold*float64(p.cfg.BufferSize)/2 ||
+		p.cfg.BatchInterval > 0
 }
 
 // maxFlights bounds the batches in flight to one node whatever their size,
